@@ -1,0 +1,185 @@
+#include "harness/cli.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "harness/build_info.h"
+#include "harness/counting_allocator.h"
+#include "harness/errors.h"
+#include "harness/strategy.h"
+#include "harness/torch_compat.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+
+long long parse_count(const std::string& flag, const std::string& value, long long min, long long max) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || end == nullptr || *end != '\0' || errno == ERANGE) {
+    throw UsageError(flag + ": '" + value + "' is not a whole number");
+  }
+  if (v < min) throw UsageError(flag + ": must be at least " + std::to_string(min) + ", got " + value);
+  if (v > max) throw UsageError(flag + ": must be at most " + std::to_string(max) + ", got " + value);
+  return v;
+}
+
+namespace {
+
+double parse_seconds(const std::string& flag, const std::string& value) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v)) {
+    throw UsageError(flag + ": '" + value + "' is not a number of seconds");
+  }
+  if (v <= 0) throw UsageError(flag + ": must be more than 0 seconds, got " + value);
+  return v;
+}
+
+double parse_fraction(const std::string& flag, const std::string& value) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || v < 0) {
+    throw UsageError(flag + ": '" + value + "' is not a non-negative number");
+  }
+  return v;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_names(const std::string& flag, const std::string& value,
+                                      const std::vector<std::string>& known) {
+  std::vector<std::string> out;
+  std::stringstream in(value);
+  std::string item;
+  bool any = false;
+  while (std::getline(in, item, ',')) {
+    any = true;
+    if (item.empty()) throw UsageError(flag + ": empty name in '" + value + "'");
+    if (item == "all") {
+      for (const auto& k : known) {
+        if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+      }
+      continue;
+    }
+    if (std::find(known.begin(), known.end(), item) == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw UsageError(flag + ": unknown name '" + item + "' (known: " + list + ", all)");
+    }
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  if (!any) throw UsageError(flag + ": empty list");
+  return out;
+}
+
+std::string list_text() {
+  std::ostringstream out;
+  out << "strategies:\n";
+  for (const auto& name : StrategyRegistry::instance().names()) {
+    out << "  " << name << std::string(name.size() < 18 ? 18 - name.size() : 1, ' ')
+        << StrategyRegistry::instance().get(name).description << '\n';
+  }
+  out << "workloads:\n";
+  for (const auto& name : WorkloadRegistry::instance().names()) {
+    out << "  " << name << std::string(name.size() < 18 ? 18 - name.size() : 1, ' ')
+        << WorkloadRegistry::instance().get(name).description() << '\n';
+  }
+  return out.str();
+}
+
+CommandLine parse_command_line(const std::vector<std::string>& args) {
+  CommandLine cmd;
+  CLI::App app{"ddpbench: one training workload under several parallel-training strategies, measured side by side",
+               "ddpbench"};
+  app.set_version_flag("--version", std::string("ddpbench ") + build_version() + " (git " + build_git_sha() +
+                                        ", LibTorch " + compat::torch_version() +
+                                        (compat::built_with_cuda() ? ", CUDA" : ", CPU only") + ")");
+  std::string strategies = "all", workloads = "mlp", device = "auto", world_size, batch, steps = "30", warmup = "5",
+              repetitions = "5", seed = "42", threads, timeout = "300", json = "ddpbench-results.json",
+              loader_workers = "0", dataset_size, parity_steps = "3", parity_tolerance = "1e-5";
+  bool list = false, no_json = false, pin_memory = false;
+
+  app.add_option("--strategy", strategies, "comma list of strategies, or all")->capture_default_str();
+  app.add_option("--workload", workloads, "comma list of workloads, or all")->capture_default_str();
+  app.add_option("--device", device, "auto | cpu | cuda (auto: CUDA when present)")->capture_default_str();
+  app.add_option("--world-size", world_size, "devices for parallel strategies (default: visible GPUs, or 2 CPU virtual devices)");
+  app.add_option("--batch", batch, "global batch over all devices (default: the workload's)");
+  app.add_option("--steps", steps, "measured steps per repetition")->capture_default_str();
+  app.add_option("--warmup", warmup, "unmeasured steps before each repetition")->capture_default_str();
+  app.add_option("--repetitions", repetitions, "repetitions per case, interleaved across cases")->capture_default_str();
+  app.add_option("--seed", seed, "seed of the weights, the data and the shuffle")->capture_default_str();
+  app.add_option("--threads", threads, "intra-op threads per device/worker (default: cores / world size)");
+  app.add_option("--timeout", timeout, "seconds before a stuck rendezvous, collective or step fails the case")
+      ->capture_default_str();
+  app.add_option("--json", json, "results file, written atomically")->capture_default_str();
+  app.add_flag("--no-json", no_json, "write no results file");
+  app.add_option("--loader-workers", loader_workers, "threads assembling batches ahead (0: inline)")
+      ->capture_default_str();
+  app.add_flag("--pin-memory", pin_memory, "assemble batches in pinned host memory (CUDA only)");
+  app.add_option("--dataset-size", dataset_size, "samples in the synthetic dataset (default: 32 global batches)");
+  app.add_option("--parity-steps", parity_steps, "untimed steps of the parity check against single (0: off)")
+      ->capture_default_str();
+  app.add_option("--parity-tolerance", parity_tolerance, "largest relative parameter difference from single")
+      ->capture_default_str();
+  app.add_flag("--list", list, "list every strategy and workload, one line each");
+
+  std::vector<std::string> rest(args.begin() + (args.empty() ? 0 : 1), args.end());
+  std::reverse(rest.begin(), rest.end());  // CLI11 takes the arguments in reverse order
+  try {
+    app.parse(rest);
+  } catch (const CLI::CallForHelp&) {
+    cmd.action = CommandLine::Action::Help;
+    cmd.text = app.help();
+    return cmd;
+  } catch (const CLI::CallForVersion& e) {
+    cmd.action = CommandLine::Action::Version;
+    cmd.text = std::string(e.what()) + "\n";
+    return cmd;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+  if (list) {
+    cmd.action = CommandLine::Action::List;
+    cmd.text = list_text();
+    return cmd;
+  }
+
+  auto& r = cmd.runner;
+  r.strategies = expand_names("--strategy", strategies, StrategyRegistry::instance().names());
+  r.workloads = expand_names("--workload", workloads, WorkloadRegistry::instance().names());
+  cmd.devices.device = device;
+  if (device != "auto" && device != "cpu" && device != "cuda") {
+    throw UsageError("--device: unknown device '" + device + "' (expected auto, cpu or cuda)");
+  }
+  if (!world_size.empty()) {
+    cmd.devices.world_size = static_cast<int>(parse_count("--world-size", world_size, 1, CpuMemoryCounter::kMaxDevices));
+  }
+  if (!threads.empty()) cmd.devices.threads = static_cast<int>(parse_count("--threads", threads, 1, 1024));
+  if (!batch.empty()) r.global_batch = parse_count("--batch", batch, 1);
+  r.steps = static_cast<int>(parse_count("--steps", steps, 1, 1000000));
+  r.warmup = static_cast<int>(parse_count("--warmup", warmup, 0, 1000000));
+  r.repetitions = static_cast<int>(parse_count("--repetitions", repetitions, 1, 10000));
+  r.seed = static_cast<std::uint64_t>(parse_count("--seed", seed, 0));
+  r.timeout_seconds = parse_seconds("--timeout", timeout);
+  r.loader.workers = static_cast<int>(parse_count("--loader-workers", loader_workers, 0, 64));
+  r.loader.pin_memory = pin_memory;
+  if (!dataset_size.empty()) r.dataset_size = parse_count("--dataset-size", dataset_size, 1);
+  r.parity_steps = static_cast<int>(parse_count("--parity-steps", parity_steps, 0, 10000));
+  r.parity_tolerance = parse_fraction("--parity-tolerance", parity_tolerance);
+  if (no_json) {
+    cmd.json_path.reset();
+  } else {
+    cmd.json_path = json;
+  }
+  return cmd;
+}
+
+}  // namespace ddpbench

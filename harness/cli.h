@@ -1,0 +1,36 @@
+#pragma once
+// The `ddpbench` command line. Parsing and validation only: nothing runs and nothing is written
+// here; every bad flag or value is a UsageError naming it.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/device_set.h"
+#include "harness/runner.h"
+
+namespace ddpbench {
+
+struct CommandLine {
+  enum class Action { Run, List, Help, Version };
+  Action action = Action::Run;
+  std::string text;  // what to print for Help and Version
+  RunnerOptions runner;
+  DeviceRequest devices;
+  std::optional<std::string> json_path;  // none: --no-json
+};
+
+// `args` includes the program name. Throws UsageError.
+CommandLine parse_command_line(const std::vector<std::string>& args);
+
+// Every strategy and workload, one line each.
+std::string list_text();
+
+// Splits "a,b" into names, expanding `all` to every registered name; throws UsageError naming flag.
+std::vector<std::string> expand_names(const std::string& flag, const std::string& value,
+                                      const std::vector<std::string>& known);
+
+// Parses a whole number in [min, max] or throws UsageError naming flag and value.
+long long parse_count(const std::string& flag, const std::string& value, long long min,
+                      long long max = (1LL << 53));
+
+}  // namespace ddpbench

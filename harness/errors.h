@@ -1,0 +1,21 @@
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace ddpbench {
+
+// A bad flag, value, combination or path given by the user. The message names it; main() turns this
+// into one line on stderr and exit code 2, before anything is written.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A case that could not complete (a strategy's failure, a dead rank, a timeout). The runner records it
+// in the case and goes on with the others.
+class CaseFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace ddpbench

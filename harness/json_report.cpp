@@ -1,0 +1,240 @@
+#include "harness/json_report.h"
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "harness/atomic_file.h"
+#include "harness/stats.h"
+
+namespace ddpbench {
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+json optional_json(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+json context_json(const RunRecord& record) {
+  const auto& c = record.context;
+  const auto& s = record.settings;
+  json devices = json::array();
+  for (const auto& d : c.devices) {
+    devices.push_back({{"index", d.index}, {"name", d.name}, {"kind", to_string(d.kind)},
+                       {"total_memory_bytes", d.total_memory_bytes}});
+  }
+  json env = json::object();
+  for (const auto& [k, v] : c.env) env[k] = v;
+  double load[3] = {0, 0, 0};
+  json load_avg = json::array();
+  if (getloadavg(load, 3) == 3) load_avg = {load[0], load[1], load[2]};
+
+  json ddp = {
+      {"version", c.version},
+      {"git_sha", c.git_sha},
+      {"argv", c.argv},
+      {"torch_version", c.torch_version},
+      {"cuda_version", optional_json(c.cuda_version)},
+      {"nccl_version", optional_json(c.nccl_version)},
+      {"devices", devices},
+      {"env", env},
+      {"settings",
+       {{"device_kind", to_string(s.device_kind)},
+        {"world_size", s.world_size},
+        {"threads_per_device", s.threads_per_device},
+        {"steps", s.steps},
+        {"warmup", s.warmup},
+        {"repetitions", s.repetitions},
+        {"seed", s.seed},
+        {"parity_steps", s.parity_steps},
+        {"parity_tolerance", s.parity_tolerance},
+        {"loader_workers", s.loader_workers},
+        {"pin_memory", s.pin_memory},
+        {"timeout_seconds", s.timeout_seconds}}},
+      {"complete", record.complete},
+  };
+  if (!record.interruption.empty()) ddp["interruption"] = record.interruption;
+  return {
+      {"date", c.date},
+      {"host_name", c.host_name},
+      {"executable", c.executable},
+      {"num_cpus", c.num_cpus},
+      {"load_avg", load_avg},
+      {"library_build_type", c.build_type == "Debug" ? "debug" : "release"},
+      {"library_version", c.version},
+      {"json_schema_version", kJsonSchemaVersion},
+      {"ddpbench", ddp},
+  };
+}
+
+json memory_json(const std::vector<DeviceMemory>& memory) {
+  json out = json::array();
+  for (const auto& m : memory) {
+    out.push_back({{"device", m.device},
+                   {"kind", to_string(m.kind)},
+                   {"peak_allocated_bytes", optional_json(m.peak_allocated_bytes)},
+                   {"peak_reserved_bytes", optional_json(m.peak_reserved_bytes)}});
+  }
+  return out;
+}
+
+json parity_json(const std::optional<ParityRecord>& parity) {
+  if (!parity) return nullptr;
+  json p = {{"steps", parity->steps},
+            {"max_rel_param_diff", parity->max_rel_param_diff},
+            {"final_loss", parity->final_loss},
+            {"reference_final_loss", parity->reference_final_loss},
+            {"tolerance", parity->tolerance},
+            {"within_tolerance", parity->within_tolerance},
+            {"reference", parity->reference}};
+  if (!parity->note.empty()) p["note"] = parity->note;
+  return p;
+}
+
+// Phase means in ms, the phases the strategy marked plus the residual the harness saw around them.
+json phases_json(const CaseRecord& c, const PhaseSeconds& phases, double step_seconds) {
+  json out = json::object();
+  double marked = 0;
+  for (Phase p : c.phases_used) {
+    out[phase_name(p)] = phases[static_cast<int>(p)] * 1e3;
+    marked += phases[static_cast<int>(p)];
+  }
+  out["residual"] = (step_seconds - marked) * 1e3;
+  return out;
+}
+
+json case_fields(const CaseRecord& c) {
+  json f = {{"workload", c.spec.workload},
+            {"strategy", c.spec.strategy},
+            {"world_size", c.spec.world_size},
+            {"device_kind", to_string(c.device_kind)},
+            {"threads_per_device", c.threads_per_device},
+            {"global_batch", c.spec.global_batch},
+            {"status", to_string(c.status)},
+            {"reason", c.reason.empty() ? json(nullptr) : json(c.reason)},
+            {"workload_facts",
+             {{"parameters", c.facts.parameters},
+              {"gradient_bytes", c.facts.gradient_bytes},
+              {"flops_per_sample", c.facts.flops_per_sample}}},
+            {"parity", parity_json(c.parity)}};
+  return f;
+}
+
+json base_entry(const CaseRecord& c, int family_index, const std::string& name, const RunSettings& s) {
+  return {{"name", name},
+          {"family_index", family_index},
+          {"per_family_instance_index", 0},
+          {"run_name", c.spec.name()},
+          {"repetitions", s.repetitions},
+          {"threads", 1},
+          {"time_unit", "ms"}};
+}
+
+void add_case(json& benchmarks, const CaseRecord& c, int family_index, const RunSettings& s) {
+  const std::string name = c.spec.name();
+  if (c.repetitions.empty()) {
+    // Google Benchmark's shape for a run that did not happen: error_occurred with the message.
+    json e = base_entry(c, family_index, name, s);
+    e["run_type"] = "iteration";
+    e["repetition_index"] = 0;
+    e["iterations"] = 0;
+    e["real_time"] = 0;
+    e["cpu_time"] = 0;
+    e["error_occurred"] = true;
+    e["error_message"] = c.reason;
+    e["ddpbench"] = case_fields(c);
+    benchmarks.push_back(e);
+    return;
+  }
+
+  std::vector<double> real_ms, cpu_ms, items;
+  for (const auto& r : c.repetitions) {
+    const double step = r.mean_step_seconds();
+    real_ms.push_back(step * 1e3);
+    cpu_ms.push_back(r.cpu_seconds / static_cast<double>(r.step_seconds.size()) * 1e3);
+    items.push_back(static_cast<double>(c.spec.global_batch) / step);
+
+    json e = base_entry(c, family_index, name, s);
+    e["run_type"] = "iteration";
+    e["repetition_index"] = r.index;
+    e["iterations"] = r.step_seconds.size();
+    e["real_time"] = real_ms.back();
+    e["cpu_time"] = cpu_ms.back();
+    e["items_per_second"] = items.back();
+    json f = case_fields(c);
+    json steps = json::array();
+    for (double t : r.step_seconds) steps.push_back(t * 1e3);
+    f["step_times_ms"] = steps;
+    f["phases_ms"] = phases_json(c, r.phase_seconds, step);
+    f["memory"] = memory_json(r.memory);
+    f["memory_imbalance"] = optional_json(memory_imbalance(r.memory));
+    f["peak_rss_bytes"] = optional_json(r.peak_rss_bytes);
+    f["first_loss"] = r.first_loss;
+    f["final_loss"] = r.final_loss;
+    e["ddpbench"] = f;
+    benchmarks.push_back(e);
+  }
+
+  // Peaks over all repetitions, for the aggregates.
+  std::vector<DeviceMemory> peak = c.repetitions.front().memory;
+  for (const auto& r : c.repetitions) {
+    for (size_t d = 0; d < r.memory.size() && d < peak.size(); ++d) {
+      auto take_max = [](std::optional<std::int64_t>& a, const std::optional<std::int64_t>& b) {
+        if (b && (!a || *b > *a)) a = b;
+      };
+      take_max(peak[d].peak_allocated_bytes, r.memory[d].peak_allocated_bytes);
+      take_max(peak[d].peak_reserved_bytes, r.memory[d].peak_reserved_bytes);
+    }
+  }
+
+  struct Aggregate {
+    const char* name;
+    double (*fn)(const std::vector<double>&);
+    bool percentage;
+  };
+  const Aggregate aggregates[] = {{"median", stats::median, false},
+                                  {"mean", stats::mean, false},
+                                  {"stddev", stats::stddev, false},
+                                  {"cv", stats::cv, true}};
+  for (const auto& a : aggregates) {
+    json e = base_entry(c, family_index, name + "_" + a.name, s);
+    e["run_type"] = "aggregate";
+    e["aggregate_name"] = a.name;
+    e["aggregate_unit"] = a.percentage ? "percentage" : "time";
+    e["repetitions"] = c.repetitions.size();
+    e["iterations"] = c.repetitions.size();
+    e["real_time"] = a.fn(real_ms);
+    e["cpu_time"] = a.fn(cpu_ms);
+    e["items_per_second"] = a.fn(items);
+    json f = case_fields(c);
+    PhaseSeconds phases{};
+    for (int p = 0; p < kPhaseCount; ++p) {
+      std::vector<double> xs;
+      for (const auto& r : c.repetitions) xs.push_back(r.phase_seconds[p]);
+      phases[p] = a.fn(xs);
+    }
+    std::vector<double> step_s;
+    for (double ms : real_ms) step_s.push_back(ms * 1e-3);
+    f["phases_ms"] = phases_json(c, phases, a.fn(step_s));
+    f["memory"] = memory_json(peak);
+    f["memory_imbalance"] = optional_json(memory_imbalance(peak));
+    f["scaling_efficiency"] = optional_json(c.scaling_efficiency);
+    e["ddpbench"] = f;
+    benchmarks.push_back(e);
+  }
+}
+
+}  // namespace
+
+nlohmann::json to_json(const RunRecord& record) {
+  json benchmarks = json::array();
+  for (size_t i = 0; i < record.cases.size(); ++i) {
+    add_case(benchmarks, record.cases[i], static_cast<int>(i), record.settings);
+  }
+  return {{"context", context_json(record)}, {"benchmarks", benchmarks}};
+}
+
+void JsonFileSink::on_update(const RunRecord& record) { write_file_atomically(path_, to_json(record).dump(2) + "\n"); }
+
+}  // namespace ddpbench

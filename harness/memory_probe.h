@@ -1,0 +1,36 @@
+#pragma once
+// Peak memory per device for one measured window: the CUDA caching allocator's peaks on GPUs, the
+// counting CPU allocator's per-virtual-device peaks on CPU, and the process's peak RSS.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "harness/device_set.h"
+
+namespace ddpbench {
+
+struct DeviceMemory {
+  int device = 0;
+  DeviceKind kind = DeviceKind::Cpu;
+  std::optional<std::int64_t> peak_allocated_bytes;
+  std::optional<std::int64_t> peak_reserved_bytes;  // CUDA only: the caching allocator's reservation
+};
+
+class MemoryProbe {
+ public:
+  MemoryProbe(const DeviceSet& devices, int devices_used);
+  // Starts a window: peaks restart from what is held now.
+  void reset();
+  std::vector<DeviceMemory> read() const;
+  // Peak resident set of this process since the last reset (VmHWM), if the kernel reports it.
+  static std::optional<std::int64_t> process_peak_rss_bytes();
+
+ private:
+  const DeviceSet& devices_;
+  int devices_used_;
+};
+
+// peak(device 0) / mean(peak of the others); none with fewer than two devices or no figures.
+std::optional<double> memory_imbalance(const std::vector<DeviceMemory>& memory);
+
+}  // namespace ddpbench

@@ -1,0 +1,67 @@
+#include "harness/phase_recorder.h"
+
+#if DDPBENCH_HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
+
+namespace ddpbench {
+
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::Data: return "data";
+    case Phase::Replicate: return "replicate";
+    case Phase::Scatter: return "scatter";
+    case Phase::Forward: return "forward";
+    case Phase::GatherLoss: return "gather_loss";
+    case Phase::Backward: return "backward";
+    case Phase::Reduce: return "reduce";
+    case Phase::CommExposed: return "comm_exposed";
+    case Phase::Optimizer: return "optimizer";
+    case Phase::kCount: break;
+  }
+  return "unknown";
+}
+
+namespace {
+#if DDPBENCH_HAVE_NVTX
+// Without a tool attached these calls return at once; NVTX initialises on first use.
+nvtxDomainHandle_t nvtx_domain() {
+  static nvtxDomainHandle_t domain = nvtxDomainCreateA("ddpbench");
+  return domain;
+}
+void nvtx_push(const char* name) {
+  nvtxEventAttributes_t attributes{};
+  attributes.version = NVTX_VERSION;
+  attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  attributes.message.ascii = name;
+  nvtxDomainRangePushEx(nvtx_domain(), &attributes);
+}
+void nvtx_pop() { nvtxDomainRangePop(nvtx_domain()); }
+#else
+void nvtx_push(const char*) {}
+void nvtx_pop() {}
+#endif
+}  // namespace
+
+PhaseRecorder::Scope::Scope(PhaseRecorder& recorder, Phase phase)
+    : recorder_(recorder), phase_(phase), start_(std::chrono::steady_clock::now()) {
+  nvtx_push(phase_name(phase));
+}
+
+PhaseRecorder::Scope::~Scope() {
+  nvtx_pop();
+  const auto elapsed = std::chrono::steady_clock::now() - start_;
+  const int i = static_cast<int>(phase_);
+  recorder_.step_[i] += std::chrono::duration<double>(elapsed).count();
+  recorder_.used_[i] = true;
+}
+
+void PhaseRecorder::begin_step() {
+  step_.fill(0.0);
+  nvtx_push("step");
+}
+
+void PhaseRecorder::end_step() { nvtx_pop(); }
+
+}  // namespace ddpbench

@@ -1,0 +1,58 @@
+#pragma once
+// Phase timing and NVTX ranges, owned by the harness. A strategy only says which phase it is in
+// (`auto s = phases.scope(Phase::Forward);`); the recorder times it and opens the matching NVTX
+// range in the `ddpbench` domain, so every strategy is measured and traced the same way.
+#include <array>
+#include <chrono>
+#include <cstdint>
+
+namespace ddpbench {
+
+enum class Phase : int {
+  Data,
+  Replicate,
+  Scatter,
+  Forward,
+  GatherLoss,
+  Backward,
+  Reduce,
+  CommExposed,
+  Optimizer,
+  kCount
+};
+constexpr int kPhaseCount = static_cast<int>(Phase::kCount);
+const char* phase_name(Phase phase);  // the JSON key and the NVTX range name
+
+using PhaseSeconds = std::array<double, kPhaseCount>;
+
+class PhaseRecorder {
+ public:
+  class Scope {
+   public:
+    Scope(PhaseRecorder& recorder, Phase phase);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    PhaseRecorder& recorder_;
+    Phase phase_;
+    std::chrono::steady_clock::time_point start_;
+  };
+
+  [[nodiscard]] Scope scope(Phase phase) { return Scope(*this, phase); }
+
+  // One NVTX `step` range around each step; the phases of the step nest inside it.
+  void begin_step();
+  void end_step();
+  // Seconds spent in each phase during the current step (valid after end_step()).
+  const PhaseSeconds& step_seconds() const { return step_; }
+  // Which phases were marked at least once since construction.
+  bool used(Phase phase) const { return used_[static_cast<int>(phase)]; }
+
+ private:
+  PhaseSeconds step_{};
+  std::array<bool, kPhaseCount> used_{};
+};
+
+}  // namespace ddpbench

@@ -1,0 +1,83 @@
+#pragma once
+// The results of a run as plain data, stored once in SI units (seconds, bytes, samples/s). The
+// JSON file, the terminal table and the progress line are views over these records.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/memory_probe.h"
+#include "harness/phase_recorder.h"
+#include "harness/run_context.h"
+#include "harness/strategy.h"
+
+namespace ddpbench {
+
+enum class CaseStatus { Ok, Skipped, Failed, Oom };
+const char* to_string(CaseStatus status);
+
+struct RepetitionRecord {
+  int index = 0;
+  std::vector<double> step_seconds;   // every measured step
+  double cpu_seconds = 0;             // process CPU time over the measured steps, all threads
+  PhaseSeconds phase_seconds{};       // mean per step
+  std::vector<DeviceMemory> memory;   // peaks over the measured steps
+  std::optional<std::int64_t> peak_rss_bytes;
+  double first_loss = 0;              // loss of the first and last measured steps
+  double final_loss = 0;
+
+  double mean_step_seconds() const;
+};
+
+struct ParityRecord {
+  int steps = 0;
+  double max_rel_param_diff = 0;  // max over tensors of max|p - p_ref| / max|p_ref|
+  double final_loss = 0;
+  double reference_final_loss = 0;
+  double tolerance = 0;
+  bool within_tolerance = true;
+  std::string reference = "single";
+  std::string note;  // why a difference is expected, where it is
+};
+
+struct CaseRecord {
+  CaseSpec spec;
+  DeviceKind device_kind = DeviceKind::Cpu;
+  int threads_per_device = 1;
+  CaseStatus status = CaseStatus::Ok;
+  std::string reason;
+  WorkloadFacts facts;
+  std::vector<RepetitionRecord> repetitions;
+  std::optional<ParityRecord> parity;
+  std::vector<Phase> phases_used;
+  std::optional<double> scaling_efficiency;
+
+  // Medians over repetitions of the per-repetition means; callers check repetitions is not empty.
+  double median_step_seconds() const;
+  double median_items_per_second() const;
+};
+
+struct RunSettings {
+  int steps = 0;
+  int warmup = 0;
+  int repetitions = 0;
+  std::uint64_t seed = 0;
+  int parity_steps = 0;
+  double parity_tolerance = 0;
+  int loader_workers = 0;
+  bool pin_memory = false;
+  DeviceKind device_kind = DeviceKind::Cpu;
+  int world_size = 1;
+  int threads_per_device = 1;
+  double timeout_seconds = 0;
+};
+
+struct RunRecord {
+  RunContext context;
+  RunSettings settings;
+  std::vector<CaseRecord> cases;
+  bool complete = false;  // false while running, and in what an interrupted run leaves
+  std::string interruption;
+};
+
+}  // namespace ddpbench

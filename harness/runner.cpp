@@ -1,0 +1,332 @@
+#include "harness/runner.h"
+
+#include <ATen/Parallel.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <new>
+
+#include "harness/counting_allocator.h"
+#include "harness/errors.h"
+#include "harness/stats.h"
+#include "harness/torch_compat.h"
+
+namespace ddpbench {
+namespace {
+
+std::atomic<bool> g_stop_requested{false};
+
+// Raised at a step boundary after request_stop(); ends the run, keeping what was measured.
+struct StopRequested : std::runtime_error {
+  StopRequested() : std::runtime_error("interrupted") {}
+};
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+bool is_out_of_memory(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return true;
+  const std::string what = e.what();
+  return what.find("out of memory") != std::string::npos || what.find("Out of memory") != std::string::npos;
+}
+
+// First line of an exception message: LibTorch appends C++ backtraces that do not belong in a table.
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+void synchronize(const DeviceSet& devices, int used) {
+  if (!devices.is_cuda()) return;
+  for (int d = 0; d < used; ++d) compat::cuda_synchronize(d);
+}
+
+double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) throw CaseFailure("parity: parameter count differs from single's");
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto ref = b[i].to(torch::kCPU, torch::kFloat64);
+    const auto got = a[i].to(torch::kCPU, torch::kFloat64);
+    const double scale = std::max(ref.abs().max().item<double>(), 1e-12);
+    worst = std::max(worst, (got - ref).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+}  // namespace
+
+const char* to_string(CaseStatus status) {
+  switch (status) {
+    case CaseStatus::Ok: return "ok";
+    case CaseStatus::Skipped: return "skipped";
+    case CaseStatus::Failed: return "failed";
+    case CaseStatus::Oom: return "oom";
+  }
+  return "unknown";
+}
+
+double RepetitionRecord::mean_step_seconds() const { return stats::mean(step_seconds); }
+
+double CaseRecord::median_step_seconds() const {
+  std::vector<double> means;
+  for (const auto& r : repetitions) means.push_back(r.mean_step_seconds());
+  return stats::median(means);
+}
+
+double CaseRecord::median_items_per_second() const {
+  std::vector<double> rates;
+  for (const auto& r : repetitions) rates.push_back(static_cast<double>(spec.global_batch) / r.mean_step_seconds());
+  return stats::median(rates);
+}
+
+void Runner::request_stop() { g_stop_requested.store(true); }
+bool Runner::stop_requested() { return g_stop_requested.load(); }
+
+Runner::Runner(RunnerOptions options, DeviceSet devices, RunContext context)
+    : options_(std::move(options)), devices_(devices) {
+  record_.context = std::move(context);
+  auto& s = record_.settings;
+  s.steps = options_.steps;
+  s.warmup = options_.warmup;
+  s.repetitions = options_.repetitions;
+  s.seed = options_.seed;
+  s.parity_steps = options_.parity_steps;
+  s.parity_tolerance = options_.parity_tolerance;
+  s.loader_workers = options_.loader.workers;
+  s.pin_memory = options_.loader.pin_memory;
+  s.device_kind = devices_.kind();
+  s.world_size = devices_.size();
+  s.threads_per_device = devices_.threads_per_device();
+  s.timeout_seconds = options_.timeout_seconds;
+}
+
+std::int64_t Runner::global_batch_for(const Workload& workload) const {
+  return options_.global_batch.value_or(workload.default_global_batch());
+}
+
+void Runner::validate() const {
+  for (const auto& w : options_.workloads) {
+    const auto& workload = WorkloadRegistry::instance().get(w);
+    const std::int64_t batch = global_batch_for(workload);
+    const std::int64_t dataset = options_.dataset_size.value_or(32 * batch);
+    if (dataset < batch) {
+      throw UsageError("--dataset-size: " + std::to_string(dataset) + " samples cannot fill a global batch of " +
+                       std::to_string(batch) + " (" + w + ")");
+    }
+  }
+}
+
+std::vector<CaseRecord> Runner::plan_cases() const {
+  std::vector<CaseRecord> cases;
+  for (const auto& w : options_.workloads) {
+    const auto& workload = WorkloadRegistry::instance().get(w);
+    const auto facts = workload.facts();
+    for (const auto& s : options_.strategies) {
+      const auto& info = StrategyRegistry::instance().get(s);
+      CaseRecord c;
+      c.spec.workload = w;
+      c.spec.strategy = s;
+      c.spec.world_size = info.uses_all_devices ? devices_.size() : 1;
+      c.spec.global_batch = global_batch_for(workload);
+      c.device_kind = devices_.kind();
+      c.threads_per_device = devices_.threads_per_device();
+      c.facts = facts;
+      if (auto reason = info.create()->unsupported_reason(c.spec, devices_)) {
+        c.status = CaseStatus::Skipped;
+        c.reason = *reason;
+      }
+      cases.push_back(std::move(c));
+    }
+  }
+  return cases;
+}
+
+const Dataset& Runner::dataset_for(const Workload& workload, std::int64_t global_batch) {
+  auto it = datasets_.find(workload.name());
+  if (it == datasets_.end()) {
+    const std::int64_t size = options_.dataset_size.value_or(32 * global_batch);
+    it = datasets_.emplace(workload.name(), workload.make_dataset(size, options_.seed)).first;
+  }
+  return it->second;
+}
+
+Runner::Reference Runner::train_untimed(const CaseSpec& spec, int steps) {
+  const auto& workload = WorkloadRegistry::instance().get(spec.workload);
+  const auto& dataset = dataset_for(workload, spec.global_batch);
+  torch::manual_seed(options_.seed);  // the same initial weights for every strategy
+  auto strategy = StrategyRegistry::instance().get(spec.strategy).create();
+  strategy->setup({workload, spec, devices_, workload.make_model()});
+  BatchLoader loader(dataset, EpochSampler(dataset.size(), spec.global_batch, options_.seed, strategy->data_shard()),
+                     options_.loader);
+  PhaseRecorder phases;
+  Reference out;
+  for (int i = 0; i < steps; ++i) {
+    phases.begin_step();
+    auto loss = strategy->step(loader.next(), phases);
+    phases.end_step();
+    out.final_loss = loss.item<double>();
+  }
+  for (const auto& p : strategy->trained_parameters()) out.parameters.push_back(p.detach().to(torch::kCPU).clone());
+  return out;
+}
+
+void Runner::check_parity(CaseRecord& record) {
+  const int steps = options_.parity_steps;
+  if (steps == 0) return;
+  for (auto* sink : sinks_) sink->on_progress(record.spec.name(), "parity check", 0, steps);
+  auto ref_it = references_.find(record.spec.workload);
+  if (ref_it == references_.end()) {
+    CaseSpec reference = record.spec;
+    reference.strategy = "single";
+    reference.world_size = 1;
+    ref_it = references_.emplace(record.spec.workload, train_untimed(reference, steps)).first;
+  }
+  const Reference result = train_untimed(record.spec, steps);
+
+  ParityRecord p;
+  p.steps = steps;
+  p.tolerance = options_.parity_tolerance;
+  p.final_loss = result.final_loss;
+  p.reference_final_loss = ref_it->second.final_loss;
+  p.max_rel_param_diff = max_relative_difference(result.parameters, ref_it->second.parameters);
+  p.within_tolerance = std::isfinite(p.max_rel_param_diff) && p.max_rel_param_diff <= p.tolerance;
+  const auto& workload = WorkloadRegistry::instance().get(record.spec.workload);
+  if (!p.within_tolerance && workload.has_batch_norm() && record.spec.world_size > 1) {
+    p.note = "BatchNorm statistics are computed per device, so a difference from single is expected";
+  } else if (!p.within_tolerance) {
+    record.status = CaseStatus::Failed;
+    record.reason = "parity: parameters differ from single by " + std::to_string(p.max_rel_param_diff) +
+                    " (relative) after " + std::to_string(steps) + " steps, tolerance " +
+                    std::to_string(p.tolerance);
+  }
+  record.parity = p;
+}
+
+RepetitionRecord Runner::run_repetition(const CaseRecord& record, int index) {
+  const auto& spec = record.spec;
+  const auto& workload = WorkloadRegistry::instance().get(spec.workload);
+  const auto& dataset = dataset_for(workload, spec.global_batch);
+
+  torch::manual_seed(options_.seed);
+  auto strategy = StrategyRegistry::instance().get(spec.strategy).create();
+  strategy->setup({workload, spec, devices_, workload.make_model()});
+  BatchLoader loader(dataset, EpochSampler(dataset.size(), spec.global_batch, options_.seed, strategy->data_shard()),
+                     options_.loader);
+  MemoryProbe memory(devices_, spec.world_size);
+  PhaseRecorder phases;
+
+  RepetitionRecord rep;
+  rep.index = index;
+  rep.step_seconds.reserve(static_cast<size_t>(options_.steps));
+  const std::string name = spec.name();
+  torch::Tensor loss;
+
+  auto one_step = [&] {
+    if (stop_requested()) throw StopRequested();
+    phases.begin_step();
+    Batch batch;
+    {
+      auto scope = phases.scope(Phase::Data);
+      batch = loader.next();
+    }
+    loss = strategy->step(batch, phases);
+    synchronize(devices_, spec.world_size);
+    phases.end_step();
+  };
+
+  for (int i = 0; i < options_.warmup; ++i) {
+    one_step();
+    for (auto* sink : sinks_) sink->on_progress(name, "warm-up", i + 1, options_.warmup);
+  }
+  memory.reset();
+  const double cpu_start = process_cpu_seconds();
+  for (int i = 0; i < options_.steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    one_step();
+    const auto stop = std::chrono::steady_clock::now();
+    rep.step_seconds.push_back(std::chrono::duration<double>(stop - start).count());
+    for (int p = 0; p < kPhaseCount; ++p) rep.phase_seconds[p] += phases.step_seconds()[p];
+    if (i == 0) rep.first_loss = loss.item<double>();
+    for (auto* sink : sinks_) {
+      sink->on_progress(name, "rep " + std::to_string(index + 1) + "/" + std::to_string(options_.repetitions), i + 1,
+                        options_.steps);
+    }
+  }
+  rep.cpu_seconds = process_cpu_seconds() - cpu_start;
+  rep.final_loss = loss.item<double>();
+  for (auto& p : rep.phase_seconds) p /= static_cast<double>(options_.steps);
+  rep.memory = memory.read();
+  rep.peak_rss_bytes = MemoryProbe::process_peak_rss_bytes();
+  if (!std::isfinite(rep.final_loss)) throw CaseFailure("loss is not finite after " + std::to_string(options_.steps) + " steps");
+  return rep;
+}
+
+void Runner::finish_case_error(CaseRecord& record, const std::exception& error) {
+  record.status = is_out_of_memory(error) ? CaseStatus::Oom : CaseStatus::Failed;
+  record.reason = first_line(error.what());
+}
+
+void Runner::notify_update() {
+  for (auto* sink : sinks_) sink->on_update(record_);
+}
+
+RunRecord Runner::run() {
+  CpuMemoryCounter::install();
+  at::set_num_threads(devices_.threads_per_device());
+  record_.cases = plan_cases();
+  record_.complete = false;
+  notify_update();
+
+  try {
+    for (auto& c : record_.cases) {
+      if (c.status != CaseStatus::Ok) continue;
+      try {
+        check_parity(c);
+      } catch (const StopRequested&) {
+        throw;
+      } catch (const std::exception& e) {
+        finish_case_error(c, e);
+      }
+      notify_update();
+    }
+    for (int rep = 0; rep < options_.repetitions; ++rep) {
+      for (auto& c : record_.cases) {
+        if (c.status != CaseStatus::Ok) continue;
+        try {
+          c.repetitions.push_back(run_repetition(c, rep));
+        } catch (const StopRequested&) {
+          throw;
+        } catch (const std::exception& e) {
+          finish_case_error(c, e);
+        }
+        notify_update();
+      }
+    }
+  } catch (const StopRequested&) {
+    record_.interruption = "interrupted by a signal; measured repetitions are kept";
+  }
+
+  // scaling efficiency = throughput(N) / (N x throughput(single)), where single ran on this workload.
+  for (auto& c : record_.cases) {
+    if (c.repetitions.empty()) continue;
+    for (const auto& base : record_.cases) {
+      if (base.spec.workload == c.spec.workload && base.spec.strategy == "single" && !base.repetitions.empty()) {
+        c.scaling_efficiency = c.median_items_per_second() / (c.spec.world_size * base.median_items_per_second());
+      }
+    }
+    for (int p = 0; p < kPhaseCount; ++p) {
+      bool used = false;
+      for (const auto& r : c.repetitions) used = used || r.phase_seconds[p] > 0;
+      if (used) c.phases_used.push_back(static_cast<Phase>(p));
+    }
+  }
+  record_.complete = record_.interruption.empty();
+  notify_update();
+  for (auto* sink : sinks_) sink->on_finish(record_);
+  return record_;
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,83 @@
+#pragma once
+// The harness: expands the requested workloads x strategies into cases, checks each strategy's
+// parity against `single`, then runs warm-up and measured steps for every case, repetitions
+// interleaved across cases so that drift of the machine hits every case alike.
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/data_loader.h"
+#include "harness/device_set.h"
+#include "harness/results.h"
+
+namespace ddpbench {
+
+struct RunnerOptions {
+  std::vector<std::string> workloads;
+  std::vector<std::string> strategies;
+  std::optional<std::int64_t> global_batch;  // none: each workload's default
+  std::optional<std::int64_t> dataset_size;  // none: 32 global batches
+  int steps = 30;
+  int warmup = 5;
+  int repetitions = 5;
+  std::uint64_t seed = 42;
+  int parity_steps = 3;
+  double parity_tolerance = 1e-5;
+  LoaderOptions loader;
+  double timeout_seconds = 300;
+};
+
+// Where the runner reports as it goes: the JSON file, the table, the progress line (views).
+class ResultSink {
+ public:
+  virtual ~ResultSink() = default;
+  // Called with the whole record after every finished repetition and when a case is settled.
+  virtual void on_update(const RunRecord&) {}
+  // Called often while a case runs: what runs now.
+  virtual void on_progress(const std::string& /*case_name*/, const std::string& /*what*/, int /*done*/,
+                           int /*total*/) {}
+  virtual void on_finish(const RunRecord&) {}
+};
+
+class Runner {
+ public:
+  Runner(RunnerOptions options, DeviceSet devices, RunContext context);
+  void add_sink(ResultSink* sink) { sinks_.push_back(sink); }
+
+  // Validates what can be validated before anything runs (batch against world size, dataset size);
+  // throws UsageError naming the flag.
+  void validate() const;
+  RunRecord run();
+
+  // Asks a running run to stop at the next step boundary (async-signal-safe).
+  static void request_stop();
+  static bool stop_requested();
+
+ private:
+  struct Reference {
+    std::vector<torch::Tensor> parameters;
+    double final_loss = 0;
+  };
+
+  std::vector<CaseRecord> plan_cases() const;
+  std::int64_t global_batch_for(const Workload& workload) const;
+  const Dataset& dataset_for(const Workload& workload, std::int64_t global_batch);
+  // Trains `steps` steps without timing; returns trained parameters (CPU copies) and the last loss.
+  Reference train_untimed(const CaseSpec& spec, int steps);
+  void check_parity(CaseRecord& record);
+  RepetitionRecord run_repetition(const CaseRecord& record, int index);
+  void finish_case_error(CaseRecord& record, const std::exception& error);
+  void notify_update();
+
+  RunnerOptions options_;
+  DeviceSet devices_;
+  RunRecord record_;
+  std::vector<ResultSink*> sinks_;
+  std::map<std::string, Dataset> datasets_;
+  std::map<std::string, Reference> references_;
+};
+
+}  // namespace ddpbench

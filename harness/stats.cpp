@@ -1,0 +1,41 @@
+#include "harness/stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+namespace ddpbench::stats {
+
+double mean(const std::vector<double>& xs) {
+  if (xs.empty()) throw std::invalid_argument("stats::mean of no values");
+  return std::accumulate(xs.begin(), xs.end(), 0.0) / static_cast<double>(xs.size());
+}
+
+double percentile(const std::vector<double>& xs, double q) {
+  if (xs.empty()) throw std::invalid_argument("stats::percentile of no values");
+  if (q < 0.0 || q > 1.0) throw std::invalid_argument("stats::percentile: q outside [0, 1]");
+  std::vector<double> sorted(xs);
+  std::sort(sorted.begin(), sorted.end());
+  const double rank = q * static_cast<double>(sorted.size() - 1);
+  const auto lo = static_cast<size_t>(std::floor(rank));
+  const auto hi = static_cast<size_t>(std::ceil(rank));
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
+}
+
+double median(const std::vector<double>& xs) { return percentile(xs, 0.5); }
+
+double stddev(const std::vector<double>& xs) {
+  if (xs.size() < 2) return 0.0;
+  const double m = mean(xs);
+  double ss = 0.0;
+  for (double x : xs) ss += (x - m) * (x - m);
+  return std::sqrt(ss / static_cast<double>(xs.size() - 1));
+}
+
+double cv(const std::vector<double>& xs) {
+  const double m = mean(xs);
+  return m == 0.0 ? 0.0 : stddev(xs) / m;
+}
+
+}  // namespace ddpbench::stats

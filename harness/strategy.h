@@ -1,0 +1,96 @@
+#pragma once
+// A parallel-training strategy: one class in one file under strategies/, registered by name with
+// one line. The harness owns the loop, the timing, the NVTX ranges and the memory probes; a
+// strategy only fills in the hooks below (public non-virtual methods call the protected do_*).
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/data_loader.h"
+#include "harness/device_set.h"
+#include "harness/phase_recorder.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+
+// One point of the sweep: a workload under a strategy on `world_size` devices.
+struct CaseSpec {
+  std::string workload;
+  std::string strategy;
+  int world_size = 1;
+  std::int64_t global_batch = 0;
+  // "<workload>/<strategy>/world:<N>", the benchmark name in the JSON.
+  std::string name() const;
+};
+
+struct StrategySetup {
+  const Workload& workload;
+  const CaseSpec& spec;
+  const DeviceSet& devices;
+  ModelPtr model;  // freshly initialised on the CPU from the run's seed; the strategy owns it now
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  // Why this case cannot run here (reported as skipped), or nothing.
+  std::optional<std::string> unsupported_reason(const CaseSpec& spec, const DeviceSet& devices) const {
+    return do_unsupported_reason(spec, devices);
+  }
+  // The part of each global batch this process trains on.
+  DataShard data_shard() const { return do_data_shard(); }
+  void setup(const StrategySetup& setup) { do_setup(setup); }
+  // One training step on `batch`; returns the step's loss over the global batch (a detached scalar).
+  // Marks its phases on `phases`; the harness times the whole step around it.
+  torch::Tensor step(const Batch& batch, PhaseRecorder& phases) { return do_step(batch, phases); }
+  // The trained parameters as one model would hold them, for the parity check against `single`.
+  std::vector<torch::Tensor> trained_parameters() { return do_trained_parameters(); }
+
+ protected:
+  virtual std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet&) const {
+    return std::nullopt;
+  }
+  virtual DataShard do_data_shard() const { return {}; }
+  virtual void do_setup(const StrategySetup& setup) = 0;
+  virtual torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) = 0;
+  virtual std::vector<torch::Tensor> do_trained_parameters() = 0;
+};
+
+struct StrategyInfo {
+  std::string name;
+  std::string description;
+  int display_order = 0;        // position in --list and in `all`
+  bool uses_all_devices = true; // false: always one device (single)
+  std::function<std::unique_ptr<Strategy>()> create;
+};
+
+class StrategyRegistry {
+ public:
+  static StrategyRegistry& instance();
+  void add(StrategyInfo info);
+  // Throws UsageError naming --strategy and the known names.
+  const StrategyInfo& get(const std::string& name) const;
+  std::vector<std::string> names() const;  // in display order
+
+ private:
+  std::vector<StrategyInfo> strategies_;
+};
+
+struct StrategyRegistration {
+  explicit StrategyRegistration(StrategyInfo info) { StrategyRegistry::instance().add(std::move(info)); }
+};
+
+#define DDPBENCH_STRATEGY_CONCAT_(a, b) a##b
+#define DDPBENCH_STRATEGY_CONCAT(a, b) DDPBENCH_STRATEGY_CONCAT_(a, b)
+// DDPBENCH_REGISTER_STRATEGY({"name", "one line", order, uses_all_devices, [] { return ...; }});
+#define DDPBENCH_REGISTER_STRATEGY(...)                                                                \
+  static const ::ddpbench::StrategyRegistration DDPBENCH_STRATEGY_CONCAT(ddpbench_strategy_, __LINE__) { \
+    ::ddpbench::StrategyInfo __VA_ARGS__                                                               \
+  }
+
+}  // namespace ddpbench

@@ -1,0 +1,89 @@
+#include "harness/table_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <vector>
+
+#include "harness/stats.h"
+
+namespace ddpbench {
+namespace {
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, v);
+  return buf;
+}
+
+std::string bytes(std::int64_t b) {
+  if (b >= (1LL << 30)) return fmt("%.2f GiB", static_cast<double>(b) / (1LL << 30));
+  if (b >= (1LL << 20)) return fmt("%.1f MiB", static_cast<double>(b) / (1LL << 20));
+  return fmt("%.0f KiB", static_cast<double>(b) / (1LL << 10));
+}
+
+}  // namespace
+
+std::string format_table(const RunRecord& record) {
+  const std::vector<std::string> header = {"case", "status", "step ms", "cv", "samples/s", "scaling",
+                                           "mem dev0", "imbalance", "parity"};
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> notes;
+  for (const auto& c : record.cases) {
+    std::vector<std::string> row = {c.spec.name(), to_string(c.status)};
+    if (!c.repetitions.empty()) {
+      std::vector<double> means;
+      for (const auto& r : c.repetitions) means.push_back(r.mean_step_seconds());
+      row.push_back(fmt("%.2f", c.median_step_seconds() * 1e3));
+      row.push_back(fmt("%.1f%%", stats::cv(means) * 100));
+      row.push_back(fmt("%.0f", c.median_items_per_second()));
+      row.push_back(c.scaling_efficiency ? fmt("%.2f", *c.scaling_efficiency) : "-");
+      std::optional<std::int64_t> dev0;
+      for (const auto& r : c.repetitions) {
+        if (!r.memory.empty() && r.memory[0].peak_allocated_bytes) {
+          dev0 = std::max(dev0.value_or(0), *r.memory[0].peak_allocated_bytes);
+        }
+      }
+      row.push_back(dev0 ? bytes(*dev0) : "-");
+      const auto imbalance = memory_imbalance(c.repetitions.back().memory);
+      row.push_back(imbalance ? fmt("%.2fx", *imbalance) : "-");
+    } else {
+      row.insert(row.end(), {"-", "-", "-", "-", "-", "-"});
+    }
+    if (c.parity) {
+      row.push_back(fmt("%.1e", c.parity->max_rel_param_diff) + (c.parity->within_tolerance ? " ok" : " DIFF"));
+    } else {
+      row.push_back("-");
+    }
+    if (!c.reason.empty()) notes.push_back(c.spec.name() + ": " + c.reason);
+    if (c.parity && !c.parity->note.empty()) notes.push_back(c.spec.name() + ": " + c.parity->note);
+    rows.push_back(row);
+  }
+
+  std::vector<size_t> width(header.size());
+  for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  std::ostringstream out;
+  auto print_row = [&](const std::vector<std::string>& r) {
+    for (size_t i = 0; i < r.size(); ++i) {
+      const bool left = i < 2;  // names and status read left-aligned, numbers right-aligned
+      const std::string pad(width[i] - r[i].size(), ' ');
+      out << (i ? "  " : "") << (left ? r[i] + pad : pad + r[i]);
+    }
+    out << '\n';
+  };
+  print_row(header);
+  size_t total = 0;
+  for (size_t w : width) total += w + 2;
+  out << std::string(total - 2, '-') << '\n';
+  for (const auto& r : rows) print_row(r);
+  for (const auto& n : notes) out << "  " << n << '\n';
+  if (!record.interruption.empty()) out << "  " << record.interruption << '\n';
+  return out.str();
+}
+
+void TableSink::on_finish(const RunRecord& record) { out_ << format_table(record) << std::flush; }
+
+}  // namespace ddpbench

@@ -1,0 +1,97 @@
+#include "harness/torch_compat.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/cuda.h>
+
+#include <cstring>
+
+#if DDPBENCH_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#define DDPBENCH_HAVE_NCCL_H 1
+#endif
+#endif
+
+namespace ddpbench::compat {
+
+void WrappingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  std::memcpy(dest, src, count);
+}
+
+std::string torch_version() { return TORCH_VERSION; }
+
+bool built_with_cuda() { return DDPBENCH_WITH_CUDA != 0; }
+
+bool cuda_available() { return built_with_cuda() && torch::cuda::is_available(); }
+
+int cuda_device_count() { return cuda_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
+
+at::Generator make_cpu_generator(std::uint64_t seed) { return at::detail::createCPUGenerator(seed); }
+
+#if DDPBENCH_WITH_CUDA
+
+std::optional<std::string> cuda_version() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) return std::nullopt;
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+std::optional<std::string> nccl_version() {
+#ifdef DDPBENCH_HAVE_NCCL_H
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return std::nullopt;
+  const int major = v >= 10000 ? v / 10000 : v / 1000;
+  const int minor = v >= 10000 ? (v % 10000) / 100 : (v % 1000) / 100;
+  const int patch = v % 100;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+#else
+  return std::nullopt;
+#endif
+}
+
+std::string cuda_device_name(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "unknown CUDA device";
+  return prop.name;
+}
+
+std::int64_t cuda_device_total_memory(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return 0;
+  return static_cast<std::int64_t>(prop.totalGlobalMem);
+}
+
+void cuda_synchronize(int index) {
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+  c10::cuda::device_synchronize();
+}
+
+void cuda_set_device(int index) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(index)); }
+
+void cuda_reset_peak_memory(int index) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
+}
+
+CudaMemoryPeak cuda_peak_memory(int index) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
+  // Index 0 is the aggregate over small and large pools in every version we support.
+  return {stats.allocated_bytes[0].peak, stats.reserved_bytes[0].peak};
+}
+
+#else  // CPU-only LibTorch
+
+std::optional<std::string> cuda_version() { return std::nullopt; }
+std::optional<std::string> nccl_version() { return std::nullopt; }
+std::string cuda_device_name(int) { return {}; }
+std::int64_t cuda_device_total_memory(int) { return 0; }
+void cuda_synchronize(int) {}
+void cuda_set_device(int) {}
+void cuda_reset_peak_memory(int) {}
+CudaMemoryPeak cuda_peak_memory(int) { return {}; }
+
+#endif
+
+}  // namespace ddpbench::compat

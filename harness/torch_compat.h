@@ -1,0 +1,59 @@
+#pragma once
+// The one place that knows which LibTorch it is built against (1.13 from Debian, or 2.x from a
+// PyTorch wheel) and whether that build has CUDA. Everything else calls these functions and never
+// tests TORCH_VERSION or DDPBENCH_WITH_CUDA itself.
+
+#include <c10/core/Allocator.h>
+#include <torch/version.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace at {
+class Generator;
+}
+
+namespace ddpbench::compat {
+
+// Allocator::allocate lost its `const` in PyTorch 2.3, which also added the pure virtual copy_data.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define DDPBENCH_ALLOCATE_QUALIFIER
+#else
+#define DDPBENCH_ALLOCATE_QUALIFIER const
+#endif
+
+// Base for CPU allocators that wrap another allocator; fills in what newer versions require.
+class WrappingAllocator : public c10::Allocator {
+ public:
+  explicit WrappingAllocator(c10::Allocator* inner) : inner_(inner) {}
+  c10::Allocator* inner() const { return inner_; }
+  // Overrides the pure virtual where it exists (2.3+), an ordinary member before.
+  void copy_data(void* dest, const void* src, std::size_t count) const;
+
+ private:
+  c10::Allocator* inner_;
+};
+
+std::string torch_version();
+std::optional<std::string> cuda_version();  // CUDA runtime LibTorch was built with; none on CPU builds
+std::optional<std::string> nccl_version();  // NCCL LibTorch was built with; none on CPU builds
+bool built_with_cuda();
+bool cuda_available();
+int cuda_device_count();
+std::string cuda_device_name(int index);
+std::int64_t cuda_device_total_memory(int index);
+void cuda_synchronize(int index);
+void cuda_set_device(int index);
+
+struct CudaMemoryPeak {
+  std::int64_t peak_allocated_bytes = 0;
+  std::int64_t peak_reserved_bytes = 0;
+};
+void cuda_reset_peak_memory(int index);
+CudaMemoryPeak cuda_peak_memory(int index);
+
+// A CPU generator seeded deterministically, independent of the global one.
+at::Generator make_cpu_generator(std::uint64_t seed);
+
+}  // namespace ddpbench::compat

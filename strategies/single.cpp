@@ -1,0 +1,56 @@
+// `single`: one device trains on the whole global batch. The baseline every other strategy is
+// compared with, and the reference for their parity checks.
+#include "harness/strategy.h"
+
+namespace ddpbench {
+namespace {
+
+class SingleStrategy final : public Strategy {
+ protected:
+  void do_setup(const StrategySetup& setup) override {
+    workload_ = &setup.workload;
+    device_ = setup.devices.device(0);
+    model_ = setup.model;
+    model_->to(device_);
+    model_->train();
+    optimizer_ = workload_->make_optimizer(model_->parameters());
+  }
+
+  torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
+    torch::Tensor inputs, targets, loss;
+    {
+      auto scope = phases.scope(Phase::Data);
+      inputs = batch.inputs.to(device_, /*non_blocking=*/true);
+      targets = batch.targets.to(device_, /*non_blocking=*/true);
+    }
+    {
+      auto scope = phases.scope(Phase::Forward);
+      loss = workload_->loss(model_->forward(inputs), targets);
+    }
+    {
+      auto scope = phases.scope(Phase::Backward);
+      loss.backward();
+    }
+    {
+      auto scope = phases.scope(Phase::Optimizer);
+      optimizer_->step();
+      optimizer_->zero_grad();
+    }
+    return loss.detach();
+  }
+
+  std::vector<torch::Tensor> do_trained_parameters() override { return model_->parameters(); }
+
+ private:
+  const Workload* workload_ = nullptr;
+  c10::Device device_{c10::kCPU};
+  ModelPtr model_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+};
+
+}  // namespace
+
+DDPBENCH_REGISTER_STRATEGY({"single", "one device, whole global batch: the baseline and parity reference", 0,
+                            /*uses_all_devices=*/false, [] { return std::make_unique<SingleStrategy>(); }});
+
+}  // namespace ddpbench

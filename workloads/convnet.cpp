@@ -1,0 +1,82 @@
+// `convnet`: a small CIFAR-shaped network with BatchNorm, where SyncBatchNorm matters.
+#include <torch/nn/functional/pooling.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+
+#include "harness/torch_compat.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+namespace {
+
+constexpr std::int64_t kChannels = 3;
+constexpr std::int64_t kSide = 32;
+constexpr std::int64_t kClasses = 10;
+constexpr std::int64_t kWidths[3] = {32, 64, 128};
+constexpr std::int64_t kStrides[3] = {1, 2, 2};
+
+class ConvNetModel : public torch::nn::Cloneable<ConvNetModel>, public WorkloadModel {
+ public:
+  ConvNetModel() { reset(); }
+  void reset() override {
+    std::int64_t in = kChannels;
+    for (int i = 0; i < 3; ++i) {
+      // No conv bias: the BatchNorm that follows has its own shift.
+      convs[i] = register_module("conv" + std::to_string(i + 1),
+                                 torch::nn::Conv2d(torch::nn::Conv2dOptions(in, kWidths[i], 3)
+                                                       .stride(kStrides[i])
+                                                       .padding(1)
+                                                       .bias(false)));
+      norms[i] = register_module("bn" + std::to_string(i + 1), torch::nn::BatchNorm2d(kWidths[i]));
+      in = kWidths[i];
+    }
+    head = register_module("fc", torch::nn::Linear(kWidths[2], kClasses));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    auto h = x;
+    for (int i = 0; i < 3; ++i) h = torch::relu(norms[i]->forward(convs[i]->forward(h)));
+    h = torch::nn::functional::adaptive_avg_pool2d(h, torch::nn::functional::AdaptiveAvgPool2dFuncOptions(1));
+    return head->forward(h.flatten(1));
+  }
+
+ private:
+  torch::nn::Conv2d convs[3] = {nullptr, nullptr, nullptr};
+  torch::nn::BatchNorm2d norms[3] = {nullptr, nullptr, nullptr};
+  torch::nn::Linear head{nullptr};
+};
+
+class ConvNetWorkload final : public Workload {
+ public:
+  std::string name() const override { return "convnet"; }
+  std::string description() const override {
+    return "CIFAR-shaped conv-BatchNorm-ReLU x3 (32/64/128), avg-pool, linear; SGD (batch 64)";
+  }
+  std::int64_t default_global_batch() const override { return 64; }
+  ModelPtr make_model() const override { return std::make_shared<ConvNetModel>(); }
+  bool has_batch_norm() const override { return true; }
+  Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
+    // Noise plus a per-class template, so there is something to learn beyond memorising samples.
+    auto gen = compat::make_cpu_generator(seed);
+    auto templates = torch::randn({kClasses, kChannels, kSide, kSide}, gen, torch::kFloat32);
+    auto targets = torch::randint(0, kClasses, {size}, gen, torch::kInt64);
+    auto inputs = torch::randn({size, kChannels, kSide, kSide}, gen, torch::kFloat32);
+    inputs.add_(templates.index_select(0, targets), 0.5);
+    return {inputs, targets};
+  }
+  double flops_per_sample() const override {
+    double macs = 0;
+    std::int64_t side = kSide, in = kChannels;
+    for (int i = 0; i < 3; ++i) {
+      side /= kStrides[i];
+      macs += static_cast<double>(side * side) * kWidths[i] * in * 9;
+      in = kWidths[i];
+    }
+    macs += static_cast<double>(kWidths[2]) * kClasses;
+    return 3.0 * 2.0 * macs;
+  }
+};
+
+}  // namespace
+DDPBENCH_REGISTER_WORKLOAD(ConvNetWorkload);
+}  // namespace ddpbench

@@ -1,0 +1,56 @@
+// `mlp`, the reference workload; its definition is fixed by WORKLOADS.md so results compare across tools.
+#include <torch/nn/modules/linear.h>
+
+#include "harness/torch_compat.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+namespace {
+
+constexpr std::int64_t kInputs = 784;
+constexpr std::int64_t kHidden = 1024;
+constexpr std::int64_t kClasses = 10;
+
+class MlpModel : public torch::nn::Cloneable<MlpModel>, public WorkloadModel {
+ public:
+  MlpModel() { reset(); }
+  void reset() override {
+    fc1 = register_module("fc1", torch::nn::Linear(kInputs, kHidden));
+    fc2 = register_module("fc2", torch::nn::Linear(kHidden, kHidden));
+    fc3 = register_module("fc3", torch::nn::Linear(kHidden, kHidden));
+    fc4 = register_module("fc4", torch::nn::Linear(kHidden, kClasses));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    auto h = torch::relu(fc1->forward(x));
+    h = torch::relu(fc2->forward(h));
+    h = torch::relu(fc3->forward(h));
+    return fc4->forward(h);
+  }
+
+ private:
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr}, fc4{nullptr};
+};
+
+class MlpWorkload final : public Workload {
+ public:
+  std::string name() const override { return "mlp"; }
+  std::string description() const override {
+    return "reference MLP 784-1024-1024-1024-10, cross-entropy, SGD lr 0.01 momentum 0.9 (batch 128)";
+  }
+  std::int64_t default_global_batch() const override { return 128; }
+  ModelPtr make_model() const override { return std::make_shared<MlpModel>(); }
+  Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
+    auto gen = compat::make_cpu_generator(seed);
+    auto inputs = torch::randn({size, kInputs}, gen, torch::kFloat32);
+    auto targets = torch::randint(0, kClasses, {size}, gen, torch::kInt64);
+    return {inputs, targets};
+  }
+  double flops_per_sample() const override {
+    const double macs = kInputs * kHidden + 2.0 * kHidden * kHidden + kHidden * kClasses;
+    return 3.0 * 2.0 * macs;  // backward costs about twice the forward
+  }
+};
+
+}  // namespace
+DDPBENCH_REGISTER_WORKLOAD(MlpWorkload);
+}  // namespace ddpbench

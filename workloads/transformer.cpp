@@ -1,0 +1,89 @@
+// `transformer`: a small causal language model (attention and embeddings).
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/transformercoder.h>
+#include <torch/nn/modules/transformerlayer.h>
+#include <torch/optim/adamw.h>
+
+#include <limits>
+
+#include "harness/torch_compat.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+namespace {
+
+constexpr std::int64_t kVocab = 1000;
+constexpr std::int64_t kEmbed = 128;
+constexpr std::int64_t kLayers = 2;
+constexpr std::int64_t kHeads = 4;
+constexpr std::int64_t kFeedForward = 512;
+constexpr std::int64_t kSequence = 64;
+
+class TransformerModel : public torch::nn::Cloneable<TransformerModel>, public WorkloadModel {
+ public:
+  TransformerModel() { reset(); }
+  void reset() override {
+    tokens = register_module("tokens", torch::nn::Embedding(kVocab, kEmbed));
+    positions = register_module("positions", torch::nn::Embedding(kSequence, kEmbed));
+    // Dropout off: every strategy must compute the same function for parity against `single`.
+    auto layer = torch::nn::TransformerEncoderLayer(
+        torch::nn::TransformerEncoderLayerOptions(kEmbed, kHeads).dim_feedforward(kFeedForward).dropout(0.0));
+    encoder = register_module("encoder", torch::nn::TransformerEncoder(
+                                             torch::nn::TransformerEncoderOptions(layer, kLayers)));
+    head = register_module("head", torch::nn::Linear(kEmbed, kVocab));
+  }
+  // input: [batch, sequence] token ids; output: [batch, sequence, vocab] logits.
+  torch::Tensor forward(const torch::Tensor& input) override {
+    const auto seq = input.size(1);
+    auto pos = torch::arange(seq, input.options());
+    auto h = tokens->forward(input) + positions->forward(pos).unsqueeze(0);
+    auto mask = torch::full({seq, seq}, -std::numeric_limits<float>::infinity(), h.options()).triu(1);
+    h = encoder->forward(h.transpose(0, 1), mask);  // LibTorch's encoder is sequence-first
+    return head->forward(h.transpose(0, 1));
+  }
+
+ private:
+  torch::nn::Embedding tokens{nullptr}, positions{nullptr};
+  torch::nn::TransformerEncoder encoder{nullptr};
+  torch::nn::Linear head{nullptr};
+};
+
+class TransformerWorkload final : public Workload {
+ public:
+  std::string name() const override { return "transformer"; }
+  std::string description() const override {
+    return "causal LM: vocab 1000, embed 128, 2 layers, 4 heads, ff 512, seq 64; AdamW lr 1e-3 (batch 32)";
+  }
+  std::int64_t default_global_batch() const override { return 32; }
+  ModelPtr make_model() const override { return std::make_shared<TransformerModel>(); }
+  std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tensor> parameters) const override {
+    return std::make_unique<torch::optim::AdamW>(std::move(parameters), torch::optim::AdamWOptions(1e-3));
+  }
+  Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
+    // Sequences follow t[i+1] = (31 t[i] + 7) mod V four times in five, else a random token: a
+    // learnable next-token rule with noise.
+    auto gen = compat::make_cpu_generator(seed);
+    auto random_tokens = torch::randint(0, kVocab, {size, kSequence + 1}, gen, torch::kInt64);
+    auto follow_rule = torch::rand({size, kSequence + 1}, gen) < 0.8;
+    auto tokens = random_tokens.clone();
+    for (std::int64_t i = 1; i <= kSequence; ++i) {
+      auto ruled = (tokens.select(1, i - 1) * 31 + 7).remainder(kVocab);
+      tokens.select(1, i).copy_(torch::where(follow_rule.select(1, i), ruled, random_tokens.select(1, i)));
+    }
+    using torch::indexing::Slice;
+    return {tokens.index({Slice(), Slice(0, kSequence)}).contiguous(),
+            tokens.index({Slice(), Slice(1, kSequence + 1)}).contiguous()};
+  }
+  double flops_per_sample() const override {
+    const double per_layer = 4.0 * kEmbed * kEmbed            // q, k, v and output projections
+                             + 2.0 * kEmbed * kFeedForward     // feed-forward
+                             + 2.0 * kSequence * kEmbed;       // scores and weighted sum
+    const double per_token = kLayers * per_layer + static_cast<double>(kEmbed) * kVocab;
+    return 3.0 * 2.0 * per_token * kSequence;
+  }
+};
+
+}  // namespace
+DDPBENCH_REGISTER_WORKLOAD(TransformerWorkload);
+}  // namespace ddpbench

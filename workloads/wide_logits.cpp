@@ -1,0 +1,49 @@
+// `wide-logits`: a classifier with a large output layer, where gathering outputs on device 0 costs
+// batch x 32768 x 4 bytes there: the DataParallel pile-up made visible.
+#include <torch/nn/modules/linear.h>
+
+#include "harness/torch_compat.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+namespace {
+
+constexpr std::int64_t kInputs = 256;
+constexpr std::int64_t kHidden = 512;
+constexpr std::int64_t kClasses = 32768;
+
+class WideLogitsModel : public torch::nn::Cloneable<WideLogitsModel>, public WorkloadModel {
+ public:
+  WideLogitsModel() { reset(); }
+  void reset() override {
+    fc1 = register_module("fc1", torch::nn::Linear(kInputs, kHidden));
+    fc2 = register_module("fc2", torch::nn::Linear(kHidden, kClasses));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override { return fc2->forward(torch::relu(fc1->forward(x))); }
+
+ private:
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+class WideLogitsWorkload final : public Workload {
+ public:
+  std::string name() const override { return "wide-logits"; }
+  std::string description() const override {
+    return "Linear 256-512, ReLU, Linear 512-32768: a wide output layer like an LM head; SGD (batch 256)";
+  }
+  std::int64_t default_global_batch() const override { return 256; }
+  ModelPtr make_model() const override { return std::make_shared<WideLogitsModel>(); }
+  Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
+    auto gen = compat::make_cpu_generator(seed);
+    auto inputs = torch::randn({size, kInputs}, gen, torch::kFloat32);
+    auto targets = torch::randint(0, kClasses, {size}, gen, torch::kInt64);
+    return {inputs, targets};
+  }
+  double flops_per_sample() const override {
+    return 3.0 * 2.0 * (static_cast<double>(kInputs) * kHidden + static_cast<double>(kHidden) * kClasses);
+  }
+};
+
+}  // namespace
+DDPBENCH_REGISTER_WORKLOAD(WideLogitsWorkload);
+}  // namespace ddpbench

@@ -1,0 +1,75 @@
+#include "workloads/workload.h"
+
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+
+#include "harness/errors.h"
+
+namespace ddpbench {
+
+ModelPtr clone_model(const WorkloadModel& model, const c10::Device& device) {
+  auto copy = std::dynamic_pointer_cast<WorkloadModel>(model.clone(device));
+  if (!copy) throw std::logic_error("workload model '" + model.name() + "' does not clone to a WorkloadModel");
+  return copy;
+}
+
+std::unique_ptr<torch::optim::Optimizer> Workload::make_optimizer(std::vector<torch::Tensor> parameters) const {
+  return std::make_unique<torch::optim::SGD>(std::move(parameters),
+                                             torch::optim::SGDOptions(0.01).momentum(0.9));
+}
+
+torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+torch::Tensor Workload::loss(const torch::Tensor& output, const torch::Tensor& target) const {
+  return cross_entropy(output, target);
+}
+
+WorkloadFacts Workload::facts() const {
+  WorkloadFacts f;
+  torch::NoGradGuard no_grad;
+  for (const auto& p : make_model()->parameters()) {
+    f.parameters += p.numel();
+    f.gradient_bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
+  }
+  f.flops_per_sample = flops_per_sample();
+  return f;
+}
+
+WorkloadRegistry& WorkloadRegistry::instance() {
+  static WorkloadRegistry registry;
+  return registry;
+}
+
+void WorkloadRegistry::add(std::unique_ptr<Workload> workload) {
+  if (contains(workload->name())) throw std::logic_error("workload '" + workload->name() + "' registered twice");
+  workloads_.push_back(std::move(workload));
+}
+
+bool WorkloadRegistry::contains(const std::string& name) const {
+  return std::any_of(workloads_.begin(), workloads_.end(), [&](const auto& w) { return w->name() == name; });
+}
+
+const Workload& WorkloadRegistry::get(const std::string& name) const {
+  for (const auto& w : workloads_) {
+    if (w->name() == name) return *w;
+  }
+  std::string known;
+  for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
+  throw UsageError("--workload: unknown workload '" + name + "' (known: " + known + ")");
+}
+
+std::vector<std::string> WorkloadRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& w : workloads_) out.push_back(w->name());
+  std::sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
+    if ((a == "mlp") != (b == "mlp")) return a == "mlp";  // the reference workload leads
+    return a < b;
+  });
+  return out;
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,91 @@
+#pragma once
+// A workload: a model, a loss, an optimizer and a deterministic synthetic dataset, defined once and
+// run unchanged under every strategy (WORKLOADS.md). A workload registers itself by name.
+#include <torch/nn/cloneable.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ddpbench {
+
+// What every workload's model offers a strategy: a forward pass on a batch of inputs. Models
+// derive from torch::nn::Cloneable too (virtual Module base), so DataParallel can clone(device).
+class WorkloadModel : public virtual torch::nn::Module {
+ public:
+  virtual torch::Tensor forward(const torch::Tensor& input) = 0;
+};
+using ModelPtr = std::shared_ptr<WorkloadModel>;
+
+// Clones `model` onto `device` (parameters and buffers copied, no autograd history).
+ModelPtr clone_model(const WorkloadModel& model, const c10::Device& device);
+
+// A dataset held in memory: row i of `inputs` and of `targets` is sample i.
+struct Dataset {
+  torch::Tensor inputs;
+  torch::Tensor targets;
+  std::int64_t size() const { return inputs.size(0); }
+};
+
+// Figures that let throughput be read against the machine's limits.
+struct WorkloadFacts {
+  std::int64_t parameters = 0;
+  std::int64_t gradient_bytes = 0;
+  double flops_per_sample = 0;  // forward + backward, multiply-adds counted as two
+};
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  virtual std::int64_t default_global_batch() const = 0;
+  // A freshly initialised model (LibTorch's default initialisation from the global generator: the
+  // harness seeds it, so every strategy starts from the same weights).
+  virtual ModelPtr make_model() const = 0;
+  // `size` samples, a pure function of (size, seed).
+  virtual Dataset make_dataset(std::int64_t size, std::uint64_t seed) const = 0;
+  virtual std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tensor> parameters) const;
+  // Mean loss over the batch; the default is cross-entropy over the last dimension.
+  virtual torch::Tensor loss(const torch::Tensor& output, const torch::Tensor& target) const;
+  virtual double flops_per_sample() const = 0;
+  // True where per-replica BatchNorm statistics make data-parallel results differ from `single`.
+  virtual bool has_batch_norm() const { return false; }
+
+  // Parameter count and gradient bytes, from a model built once and cached.
+  WorkloadFacts facts() const;
+};
+
+class WorkloadRegistry {
+ public:
+  static WorkloadRegistry& instance();
+
+  // Workloads are stateless descriptions, so the registry holds one instance of each.
+  void add(std::unique_ptr<Workload> workload);
+  // Throws UsageError naming --workload and the known names.
+  const Workload& get(const std::string& name) const;
+  bool contains(const std::string& name) const;
+  // Registration order is not stable across link orders; names are sorted, `mlp` first.
+  std::vector<std::string> names() const;
+
+ private:
+  std::vector<std::unique_ptr<Workload>> workloads_;
+};
+
+template <typename W>
+struct WorkloadRegistration {
+  WorkloadRegistration() { WorkloadRegistry::instance().add(std::make_unique<W>()); }
+};
+
+#define DDPBENCH_REGISTER_WORKLOAD(Type) \
+  static const ::ddpbench::WorkloadRegistration<Type> ddpbench_workload_registration_##Type {}
+
+// Cross-entropy over class logits [batch, classes] or [batch, ..., classes] against integer targets.
+torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets);
+
+}  // namespace ddpbench
