@@ -106,20 +106,21 @@ void check_writable_output(const std::string& flag, const std::string& path) {
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     throw UsageError(flag + ": directory '" + dir + "' of '" + path + "' does not exist");
   }
-  // access() says yes to root on a read-only mount; creating an unnamed file asks the filesystem.
+  // access() says yes to root even where nothing can be created (a read-only mount, /proc), so
+  // ask the filesystem: create an unnamed file, or a named one that is removed at once.
+  int fd = -1;
 #ifdef O_TMPFILE
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    ::close(fd);
-    return;
-  }
-  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
-    throw UsageError(flag + ": cannot write in directory '" + dir + "' (" + std::strerror(errno) + ")");
-  }
+  fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
 #endif
-  if (::access(dir.c_str(), W_OK) != 0) {
-    throw UsageError(flag + ": cannot write in directory '" + dir + "' (" + std::strerror(errno) + ")");
+  if (fd < 0) {
+    const std::string probe = dir + "/." + base_of(path) + ".probe." + std::to_string(::getpid());
+    fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) ::unlink(probe.c_str());
   }
+  if (fd < 0) {
+    throw UsageError(flag + ": cannot create files in directory '" + dir + "' (" + std::strerror(errno) + ")");
+  }
+  ::close(fd);
 }
 
 }  // namespace ddpbench

@@ -57,11 +57,12 @@ double parse_fraction(const std::string& flag, const std::string& value) {
 std::vector<std::string> expand_names(const std::string& flag, const std::string& value,
                                       const std::vector<std::string>& known) {
   std::vector<std::string> out;
-  std::stringstream in(value);
-  std::string item;
-  bool any = false;
-  while (std::getline(in, item, ',')) {
-    any = true;
+  if (value.empty()) throw UsageError(flag + ": empty list");
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t comma = std::min(value.find(',', start), value.size());
+    const std::string item = value.substr(start, comma - start);
+    start = comma + 1;
     if (item.empty()) throw UsageError(flag + ": empty name in '" + value + "'");
     if (item == "all") {
       for (const auto& k : known) {
@@ -76,7 +77,6 @@ std::vector<std::string> expand_names(const std::string& flag, const std::string
     }
     if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
   }
-  if (!any) throw UsageError(flag + ": empty list");
   return out;
 }
 

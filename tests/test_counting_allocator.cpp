@@ -1,0 +1,53 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <thread>
+
+#include "harness/counting_allocator.h"
+#include "harness/memory_probe.h"
+
+namespace ddpbench {
+namespace {
+
+TEST(CpuMemoryCounter, AttributesAnAllocationToTheThreadsDevice) {
+  CpuMemoryCounter::install();
+  constexpr std::int64_t kBytes = 64 << 20;
+  const std::int64_t before1 = CpuMemoryCounter::current_bytes(1);
+  const std::int64_t before2 = CpuMemoryCounter::current_bytes(2);
+  CpuMemoryCounter::reset_peaks();
+  std::thread worker([&] {
+    CpuMemoryCounter::DeviceScope scope(2);
+    auto t = torch::empty({kBytes / 4}, torch::kFloat32);
+    EXPECT_EQ(CpuMemoryCounter::current_bytes(2) - before2, kBytes);
+  });
+  worker.join();
+  // Freed when the thread's tensor died; the peak remembers it; device 1 saw nothing.
+  EXPECT_EQ(CpuMemoryCounter::current_bytes(2), before2);
+  EXPECT_GE(CpuMemoryCounter::peak_bytes(2) - before2, kBytes);
+  EXPECT_EQ(CpuMemoryCounter::current_bytes(1), before1);
+  EXPECT_LT(CpuMemoryCounter::peak_bytes(1) - before1, kBytes);
+}
+
+TEST(CpuMemoryCounter, FreeOnAnotherThreadCreditsTheAllocatingDevice) {
+  CpuMemoryCounter::install();
+  const std::int64_t before = CpuMemoryCounter::current_bytes(3);
+  torch::Tensor t;
+  {
+    CpuMemoryCounter::DeviceScope scope(3);
+    t = torch::ones({1 << 20}, torch::kFloat32);
+  }
+  std::thread([moved = std::move(t)]() mutable { moved.reset(); }).join();
+  EXPECT_EQ(CpuMemoryCounter::current_bytes(3), before);
+}
+
+TEST(MemoryProbe, ImbalanceIsDeviceZeroOverTheMeanOfTheOthers) {
+  std::vector<DeviceMemory> m(3);
+  m[0].peak_allocated_bytes = 300;
+  m[1].peak_allocated_bytes = 100;
+  m[2].peak_allocated_bytes = 200;
+  EXPECT_DOUBLE_EQ(*memory_imbalance(m), 2.0);
+  EXPECT_FALSE(memory_imbalance({m[0]}).has_value());
+}
+
+}  // namespace
+}  // namespace ddpbench

@@ -1,0 +1,115 @@
+// The conformance suite: every registered strategy, on every workload, through the real harness.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "harness/runner.h"
+#include "harness/strategy.h"
+
+namespace ddpbench {
+namespace {
+
+RunnerOptions small_run(const std::string& strategy) {
+  RunnerOptions o;
+  o.workloads = WorkloadRegistry::instance().names();
+  o.strategies = {strategy};
+  o.global_batch = 12;
+  o.dataset_size = 48;
+  o.steps = 3;
+  o.warmup = 1;
+  o.repetitions = 2;
+  o.parity_steps = 2;
+  return o;
+}
+
+class EveryStrategy : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryStrategy, RunsOrSaysWhyNotOnEveryWorkload) {
+  const DeviceSet devices = resolve_devices({"cpu", 2, 1});
+  Runner runner(small_run(GetParam()), devices, RunContext{});
+  const RunRecord record = runner.run();
+  ASSERT_EQ(record.cases.size(), WorkloadRegistry::instance().names().size());
+  EXPECT_TRUE(record.complete);
+  for (const auto& c : record.cases) {
+    SCOPED_TRACE(c.spec.name());
+    if (c.status == CaseStatus::Skipped) {
+      EXPECT_FALSE(c.reason.empty()) << "a skipped case must say why";
+      EXPECT_TRUE(c.repetitions.empty());
+      continue;
+    }
+    ASSERT_EQ(c.status, CaseStatus::Ok) << c.reason;
+    ASSERT_EQ(c.repetitions.size(), 2u);
+    for (const auto& r : c.repetitions) {
+      EXPECT_EQ(r.step_seconds.size(), 3u);
+      for (double t : r.step_seconds) EXPECT_GT(t, 0.0);
+      EXPECT_TRUE(std::isfinite(r.final_loss));
+      ASSERT_EQ(static_cast<int>(r.memory.size()), c.spec.world_size);
+      EXPECT_GT(r.memory[0].peak_allocated_bytes.value_or(0), 0) << "the counting allocator saw nothing";
+    }
+    ASSERT_TRUE(c.parity.has_value());
+    const auto& workload = WorkloadRegistry::instance().get(c.spec.workload);
+    if (!(workload.has_batch_norm() && c.spec.world_size > 1)) {
+      EXPECT_TRUE(c.parity->within_tolerance) << "max relative difference " << c.parity->max_rel_param_diff;
+    }
+    EXPECT_FALSE(c.phases_used.empty()) << "a strategy must mark its phases";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, EveryStrategy, ::testing::ValuesIn(StrategyRegistry::instance().names()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+class SingleOnEveryWorkload : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SingleOnEveryWorkload, LowersTheLoss) {
+  const auto& workload = WorkloadRegistry::instance().get(GetParam());
+  const DeviceSet devices = resolve_devices({"cpu", 1, 2});
+  CaseSpec spec{workload.name(), "single", 1, 16};
+  torch::manual_seed(0);
+  auto strategy = StrategyRegistry::instance().get("single").create();
+  strategy->setup({workload, spec, devices, workload.make_model()});
+  const Dataset data = workload.make_dataset(32, 0);
+  BatchLoader loader(data, EpochSampler(32, 16, 0, strategy->data_shard()), {});
+  PhaseRecorder phases;
+  std::vector<double> losses;
+  for (int i = 0; i < 40; ++i) losses.push_back(strategy->step(loader.next(), phases).item<double>());
+  const double first = (losses[0] + losses[1]) / 2, last = (losses[38] + losses[39]) / 2;
+  EXPECT_LT(last, 0.9 * first) << "loss went from " << first << " to " << last;
+  EXPECT_TRUE(phases.used(Phase::Forward) && phases.used(Phase::Backward) && phases.used(Phase::Optimizer));
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, SingleOnEveryWorkload,
+                         ::testing::ValuesIn(WorkloadRegistry::instance().names()), [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+TEST(Runner, RepetitionsAreInterleavedAndStartFromTheSameWeights) {
+  // Two single cases on different workloads; each repetition re-initialises from the seed, so the
+  // first measured loss is the same in every repetition.
+  RunnerOptions o = small_run("single");
+  o.workloads = {"mlp", "wide-logits"};
+  o.repetitions = 3;
+  Runner runner(o, resolve_devices({"cpu", 1, 1}), RunContext{});
+  const RunRecord record = runner.run();
+  for (const auto& c : record.cases) {
+    ASSERT_EQ(c.repetitions.size(), 3u);
+    for (const auto& r : c.repetitions) EXPECT_DOUBLE_EQ(r.first_loss, c.repetitions[0].first_loss);
+    ASSERT_TRUE(c.scaling_efficiency.has_value());
+    EXPECT_DOUBLE_EQ(*c.scaling_efficiency, 1.0);
+  }
+}
+
+TEST(Runner, ValidateRejectsADatasetSmallerThanTheBatch) {
+  // A batch the dataset cannot fill fails validation before anything runs.
+  RunnerOptions o = small_run("single");
+  o.dataset_size = 4;
+  Runner runner(o, resolve_devices({"cpu", 1, 1}), RunContext{});
+  EXPECT_THROW(runner.validate(), std::exception);
+}
+
+}  // namespace
+}  // namespace ddpbench

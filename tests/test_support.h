@@ -1,0 +1,98 @@
+#pragma once
+// Helpers shared by the test files: run the real ddpbench binary, make scratch directories.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ddpbench::testing {
+
+struct ProcessResult {
+  int exit_code = -1;    // -1 when killed by a signal
+  int signal = 0;
+  std::string out;
+  std::string err;
+};
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A fresh empty directory under the system temp dir, removed with the object.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "ddpbench-test-XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// fork+exec of `args` (no shell); stdout and stderr go to files in `scratch`, read back at the end.
+// If kill_after_ms > 0 the child is sent SIGKILL after that long (if still running).
+inline ProcessResult run_process(const std::vector<std::string>& args, int kill_after_ms = 0) {
+  ScratchDir scratch;
+  const std::string out_path = scratch.file("stdout"), err_path = scratch.file("stderr");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ProcessResult r;
+  int status = 0;
+  if (kill_after_ms > 0) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kill_after_ms);
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } else {
+    ::waitpid(pid, &status, 0);
+  }
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  r.out = read_text(out_path);
+  r.err = read_text(err_path);
+  return r;
+}
+
+// The ddpbench binary built alongside the tests.
+inline std::string ddpbench_executable() { return DDPBENCH_EXECUTABLE; }
+
+inline std::vector<std::string> ddpbench_args(std::vector<std::string> extra) {
+  extra.insert(extra.begin(), ddpbench_executable());
+  return extra;
+}
+
+}  // namespace ddpbench::testing

@@ -1,0 +1,98 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "workloads/workload.h"
+
+namespace ddpbench {
+namespace {
+
+class EveryWorkload : public ::testing::TestWithParam<std::string> {
+ protected:
+  const Workload& workload() const { return WorkloadRegistry::instance().get(GetParam()); }
+};
+
+TEST_P(EveryWorkload, DataIsAPureFunctionOfTheSeed) {
+  const auto a = workload().make_dataset(64, 7);
+  const auto b = workload().make_dataset(64, 7);
+  const auto c = workload().make_dataset(64, 8);
+  EXPECT_TRUE(torch::equal(a.inputs, b.inputs));
+  EXPECT_TRUE(torch::equal(a.targets, b.targets));
+  EXPECT_FALSE(torch::equal(a.inputs, c.inputs));
+  EXPECT_FALSE(torch::equal(a.targets, c.targets));
+  EXPECT_EQ(a.size(), 64);
+  EXPECT_EQ(a.targets.size(0), 64);
+}
+
+TEST_P(EveryWorkload, ModelMapsABatchToALoss) {
+  torch::manual_seed(1);
+  auto model = workload().make_model();
+  const auto data = workload().make_dataset(4, 1);
+  auto loss = workload().loss(model->forward(data.inputs), data.targets);
+  EXPECT_EQ(loss.dim(), 0);
+  EXPECT_TRUE(std::isfinite(loss.item<double>()));
+  loss.backward();
+  for (const auto& p : model->parameters()) EXPECT_TRUE(p.grad().defined());
+}
+
+TEST_P(EveryWorkload, SameSeedSameInitialWeights) {
+  torch::manual_seed(3);
+  auto a = workload().make_model();
+  torch::manual_seed(3);
+  auto b = workload().make_model();
+  const auto pa = a->parameters(), pb = b->parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i]));
+}
+
+TEST_P(EveryWorkload, CloneCopiesParametersAndBuffers) {
+  auto model = workload().make_model();
+  auto copy = clone_model(*model, torch::kCPU);
+  const auto pa = model->parameters(), pb = copy->parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(torch::equal(pa[i], pb[i]));
+    EXPECT_NE(pa[i].data_ptr(), pb[i].data_ptr());  // a copy, not shared storage
+  }
+  EXPECT_EQ(model->buffers().size(), copy->buffers().size());
+}
+
+TEST_P(EveryWorkload, FactsArePositive) {
+  const auto f = workload().facts();
+  EXPECT_GT(f.parameters, 0);
+  EXPECT_EQ(f.gradient_bytes, f.parameters * 4);  // fp32
+  EXPECT_GT(f.flops_per_sample, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, EveryWorkload, ::testing::ValuesIn(WorkloadRegistry::instance().names()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+TEST(Workloads, AllFourOfWorkloadsMdAreRegistered) {
+  EXPECT_EQ(WorkloadRegistry::instance().names(),
+            (std::vector<std::string>{"mlp", "convnet", "transformer", "wide-logits"}));
+}
+
+TEST(Workloads, MlpMatchesItsFixedDefinition) {
+  const auto& mlp = WorkloadRegistry::instance().get("mlp");
+  const auto f = mlp.facts();
+  // 784*1024+1024 + 2*(1024*1024+1024) + 1024*10+10
+  EXPECT_EQ(f.parameters, 2913290);
+  EXPECT_NEAR(f.flops_per_sample, 17.46e6, 0.01e6);
+  EXPECT_EQ(mlp.default_global_batch(), 128);
+  const auto data = mlp.make_dataset(4096, 0);
+  EXPECT_EQ(data.inputs.sizes(), (std::vector<int64_t>{4096, 784}));
+  EXPECT_NEAR(data.inputs.mean().item<double>(), 0.0, 0.01);
+  EXPECT_NEAR(data.inputs.std().item<double>(), 1.0, 0.01);
+  EXPECT_EQ(data.targets.min().item<int64_t>(), 0);
+  EXPECT_EQ(data.targets.max().item<int64_t>(), 9);
+}
+
+TEST(Workloads, UnknownNameIsAUsageError) {
+  EXPECT_THROW(WorkloadRegistry::instance().get("resnet"), std::exception);
+}
+
+}  // namespace
+}  // namespace ddpbench
