@@ -160,7 +160,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     throw UsageError("--device: unknown device '" + device + "' (expected auto, cpu or cuda)");
   }
   if (!world_size.empty()) {
-    cmd.devices.world_size = static_cast<int>(parse_count("--world-size", world_size, 1, CpuMemoryCounter::kMaxDevices));
+    cmd.devices.world_size = static_cast<int>(parse_count("--world-size", world_size, 1, CpuMemoryCounter::kMaxWorldSize));
   }
   if (!threads.empty()) cmd.devices.threads = static_cast<int>(parse_count("--threads", threads, 1, 1024));
   if (!batch.empty()) r.global_batch = parse_count("--batch", batch, 1);

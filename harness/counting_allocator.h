@@ -9,6 +9,10 @@ namespace ddpbench {
 class CpuMemoryCounter {
  public:
   static constexpr int kMaxDevices = 64;
+  // Allocations under this scope belong to no device: host-side data such as the in-memory
+  // datasets and the parity references, which a GPU run would not hold on a device either.
+  static constexpr int kHost = kMaxDevices - 1;
+  static constexpr int kMaxWorldSize = kMaxDevices - 1;
 
   // Installs the counting allocator as LibTorch's CPU allocator (idempotent). Tensors allocated
   // before are freed by their own allocator and never counted.

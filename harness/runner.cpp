@@ -148,6 +148,7 @@ const Dataset& Runner::dataset_for(const Workload& workload, std::int64_t global
   auto it = datasets_.find(workload.name());
   if (it == datasets_.end()) {
     const std::int64_t size = options_.dataset_size.value_or(32 * global_batch);
+    CpuMemoryCounter::DeviceScope host(CpuMemoryCounter::kHost);
     it = datasets_.emplace(workload.name(), workload.make_dataset(size, options_.seed)).first;
   }
   return it->second;
@@ -169,6 +170,7 @@ Runner::Reference Runner::train_untimed(const CaseSpec& spec, int steps) {
     phases.end_step();
     out.final_loss = loss.item<double>();
   }
+  CpuMemoryCounter::DeviceScope host(CpuMemoryCounter::kHost);
   for (const auto& p : strategy->trained_parameters()) out.parameters.push_back(p.detach().to(torch::kCPU).clone());
   return out;
 }

@@ -113,3 +113,25 @@ TEST(Runner, ValidateRejectsADatasetSmallerThanTheBatch) {
 
 }  // namespace
 }  // namespace ddpbench
+
+namespace ddpbench {
+namespace {
+
+TEST(Runner, HostDataIsNotChargedToADevice) {
+  // The datasets of other workloads stay cached between cases; device 0's peak for a small case must
+  // not include them (wide-logits' dataset alone is 16 MiB here).
+  RunnerOptions o = small_run("single");
+  o.workloads = {"wide-logits", "mlp"};
+  o.dataset_size = 16384;
+  o.global_batch = 4;
+  Runner runner(o, resolve_devices({"cpu", 1, 1}), RunContext{});
+  const RunRecord record = runner.run();
+  const auto& mlp = record.cases.at(1);
+  ASSERT_EQ(mlp.spec.workload, "mlp");
+  ASSERT_FALSE(mlp.repetitions.empty());
+  // mlp's model, gradients and momentum are ~35 MiB; its 16384-sample dataset alone would add 49 MiB.
+  EXPECT_LT(*mlp.repetitions[0].memory[0].peak_allocated_bytes, 48LL << 20);
+}
+
+}  // namespace
+}  // namespace ddpbench

@@ -1,0 +1,61 @@
+"""reports.results against real ddpbench output and against broken files."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from reports import results  # noqa: E402
+
+DDPBENCH = os.path.join(ROOT, "build", "ddpbench")
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("run") / "results.json"
+    subprocess.run([DDPBENCH, "--device", "cpu", "--strategy", "all", "--workload", "mlp,wide-logits",
+                    "--steps", "2", "--warmup", "1", "--repetitions", "3", "--batch", "8",
+                    "--dataset-size", "16", "--json", str(path)], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def test_reads_a_real_run(real_run):
+    doc = results.load(real_run)
+    med = results.medians(doc)
+    assert set(med) == {"mlp/single/world:1", "wide-logits/single/world:1"}
+    for entry in med.values():
+        assert entry["repetitions"] == 3
+        assert entry["items_per_second"] > 0
+        assert entry["ddpbench"]["status"] == "ok"
+    skipped = [b for b in doc["benchmarks"] if b["ddpbench"]["status"] == "skipped"]
+    assert {b["ddpbench"]["strategy"] for b in skipped} == {"dp", "dp-loss-in-model", "ddp", "hogwild"}
+    assert all(b["ddpbench"]["reason"] for b in skipped)
+
+
+def test_refuses_an_unknown_schema_version(real_run, tmp_path):
+    doc = json.loads(real_run.read_text())
+    doc["context"]["json_schema_version"] = 99
+    path = tmp_path / "future.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(results.ResultsError, match="json_schema_version 99"):
+        results.load(path)
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"context": {}, "benchmarks": [', "not valid JSON"),
+    ('[1, 2]', "not a ddpbench results file"),
+    ('{"context": {"json_schema_version": 1}, "benchmarks": []}', "context.ddpbench is missing"),
+])
+def test_refuses_malformed_files(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(results.ResultsError, match=message):
+        results.load(path)
+
+
+def test_missing_file_names_the_path(tmp_path):
+    with pytest.raises(results.ResultsError, match="nothing-here.json"):
+        results.load(tmp_path / "nothing-here.json")
