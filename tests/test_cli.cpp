@@ -67,7 +67,7 @@ TEST(Cli, DeviceCudaWithoutCudaExitsTwo) {
 
 TEST(Cli, UnwritableJsonPathExitsTwo) {
   ScratchDir dir;
-  for (const std::string path : {dir.file("no/such/dir/r.json"), dir.path(), std::string("/proc/r.json")}) {
+  for (const std::string& path : {dir.file("no/such/dir/r.json"), dir.path(), std::string("/proc/r.json")}) {
     const auto r = run_process(tiny_run(path));
     EXPECT_EQ(r.exit_code, 2) << path << ": " << r.err;
     EXPECT_NE(r.err.find("--json"), std::string::npos) << r.err;
