@@ -1,6 +1,7 @@
 // The conformance suite: every registered strategy, on every workload, through the real harness.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "harness/runner.h"
 #include "harness/strategy.h"
