@@ -3,6 +3,7 @@
 #include <numeric>
 #include <random>
 
+#include "harness/counting_allocator.h"
 #include "harness/errors.h"
 
 namespace ddpbench {
@@ -52,7 +53,11 @@ std::vector<std::int64_t> EpochSampler::indices(std::int64_t step) const {
 BatchLoader::BatchLoader(const Dataset& dataset, EpochSampler sampler, LoaderOptions options,
                          std::int64_t first_step)
     : dataset_(dataset), sampler_(std::move(sampler)), options_(options), next_step_(first_step) {
-  for (int w = 0; w < options_.workers; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+  // Each worker's first step is fixed here: read later, from its own thread, next_step_ may already
+  // have moved on (the consumer takes batch 0 as soon as it exists), and that step would never come.
+  for (int w = 0; w < options_.workers; ++w) {
+    workers_.emplace_back([this, first = first_step + w] { worker_loop(first); });
+  }
 }
 
 BatchLoader::~BatchLoader() {
@@ -80,9 +85,10 @@ Batch BatchLoader::assemble(std::int64_t step) const {
   return b;
 }
 
-void BatchLoader::worker_loop(int worker) {
+void BatchLoader::worker_loop(std::int64_t first_step) {
+  CpuMemoryCounter::DeviceScope host(CpuMemoryCounter::kHost);  // batches live in host memory
   const std::int64_t depth = static_cast<std::int64_t>(options_.workers) * options_.prefetch_per_worker;
-  for (std::int64_t step = next_step_ + worker;; step += options_.workers) {
+  for (std::int64_t step = first_step;; step += options_.workers) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       // Stay at most `depth` steps ahead of the consumer.

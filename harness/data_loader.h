@@ -74,7 +74,7 @@ class BatchLoader {
 
  private:
   Batch assemble(std::int64_t step) const;
-  void worker_loop(int worker);
+  void worker_loop(std::int64_t first_step);
 
   const Dataset& dataset_;
   EpochSampler sampler_;

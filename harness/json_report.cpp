@@ -113,6 +113,7 @@ json case_fields(const CaseRecord& c) {
             {"global_batch", c.spec.global_batch},
             {"status", to_string(c.status)},
             {"reason", c.reason.empty() ? json(nullptr) : json(c.reason)},
+            {"note", c.note.empty() ? json(nullptr) : json(c.note)},
             {"workload_facts",
              {{"parameters", c.facts.parameters},
               {"gradient_bytes", c.facts.gradient_bytes},

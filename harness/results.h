@@ -31,7 +31,7 @@ struct RepetitionRecord {
 
 struct ParityRecord {
   int steps = 0;
-  double max_rel_param_diff = 0;  // max over tensors of max|p - p_ref| / max|p_ref|
+  double max_rel_param_diff = 0;  // max|p - p_ref| / max|p_ref|, over every parameter element
   double final_loss = 0;
   double reference_final_loss = 0;
   double tolerance = 0;
@@ -46,6 +46,7 @@ struct CaseRecord {
   int threads_per_device = 1;
   CaseStatus status = CaseStatus::Ok;
   std::string reason;
+  std::string note;  // what a reader should know about an ok case (e.g. a degenerate world size)
   WorkloadFacts facts;
   std::vector<RepetitionRecord> repetitions;
   std::optional<ParityRecord> parity;

@@ -44,16 +44,20 @@ void synchronize(const DeviceSet& devices, int used) {
   for (int d = 0; d < used; ++d) compat::cuda_synchronize(d);
 }
 
+// Norm-wise relative error of the whole parameter vector: max |p - p_ref| over every element divided
+// by max |p_ref| over every element. Per-tensor ratios are no measure: a tensor initialised to zero
+// (a bias) has a scale of one learning rate after a step, so any rounding looks like a large error.
 double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   if (a.size() != b.size()) throw CaseFailure("parity: parameter count differs from single's");
-  double worst = 0;
+  double worst_diff = 0, scale = 1e-12;
   for (size_t i = 0; i < a.size(); ++i) {
     const auto ref = b[i].to(torch::kCPU, torch::kFloat64);
     const auto got = a[i].to(torch::kCPU, torch::kFloat64);
-    const double scale = std::max(ref.abs().max().item<double>(), 1e-12);
-    worst = std::max(worst, (got - ref).abs().max().item<double>() / scale);
+    if (got.sizes() != ref.sizes()) throw CaseFailure("parity: parameter shapes differ from single's");
+    scale = std::max(scale, ref.abs().max().item<double>());
+    worst_diff = std::max(worst_diff, (got - ref).abs().max().item<double>());
   }
-  return worst;
+  return worst_diff / scale;
 }
 
 }  // namespace
@@ -112,6 +116,13 @@ void Runner::validate() const {
     const auto& workload = WorkloadRegistry::instance().get(w);
     const std::int64_t batch = global_batch_for(workload);
     const std::int64_t dataset = options_.dataset_size.value_or(32 * batch);
+    for (const auto& s : options_.strategies) {
+      const auto& info = StrategyRegistry::instance().get(s);
+      if (info.uses_all_devices && batch < devices_.size()) {
+        throw UsageError("--batch: global batch " + std::to_string(batch) + " is smaller than the world size " +
+                         std::to_string(devices_.size()) + " (" + s + " on " + w + " needs a sample per device)");
+      }
+    }
     if (dataset < batch) {
       throw UsageError("--dataset-size: " + std::to_string(dataset) + " samples cannot fill a global batch of " +
                        std::to_string(batch) + " (" + w + ")");
@@ -134,6 +145,9 @@ std::vector<CaseRecord> Runner::plan_cases() const {
       c.device_kind = devices_.kind();
       c.threads_per_device = devices_.threads_per_device();
       c.facts = facts;
+      if (info.uses_all_devices && c.spec.world_size == 1) {
+        c.note = "world size 1: " + s + " degenerates to one device (use --world-size 2 or more to compare)";
+      }
       if (auto reason = info.create()->unsupported_reason(c.spec, devices_)) {
         c.status = CaseStatus::Skipped;
         c.reason = *reason;
@@ -232,6 +246,7 @@ RepetitionRecord Runner::run_repetition(const CaseRecord& record, int index) {
     Batch batch;
     {
       auto scope = phases.scope(Phase::Data);
+      CpuMemoryCounter::DeviceScope host(CpuMemoryCounter::kHost);  // batches live in host memory
       batch = loader.next();
     }
     loss = strategy->step(batch, phases);

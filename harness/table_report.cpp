@@ -56,6 +56,7 @@ std::string format_table(const RunRecord& record) {
       row.push_back("-");
     }
     if (!c.reason.empty()) notes.push_back(c.spec.name() + ": " + c.reason);
+    if (!c.note.empty()) notes.push_back(c.spec.name() + ": " + c.note);
     if (c.parity && !c.parity->note.empty()) notes.push_back(c.spec.name() + ": " + c.parity->note);
     rows.push_back(row);
   }

@@ -29,10 +29,6 @@ std::function<std::unique_ptr<Strategy>()> planned(const char* what) {
 
 }  // namespace
 
-DDPBENCH_REGISTER_STRATEGY({"dp", "DataParallel: replicate each step, scatter, gather outputs and compute the loss on device 0",
-                            1, true, planned("single-process DataParallel is planned")});
-DDPBENCH_REGISTER_STRATEGY({"dp-loss-in-model", "DataParallel with the loss computed inside each replica (balanced memory)",
-                            2, true, planned("DataParallel with loss in the replicas is planned")});
 DDPBENCH_REGISTER_STRATEGY({"ddp", "multi-process DistributedDataParallel: bucketed all-reduce overlapped with backward",
                             3, true, planned("multi-process DDP over Gloo/NCCL is planned")});
 DDPBENCH_REGISTER_STRATEGY({"hogwild", "lock-free updates of shared parameters by N workers",

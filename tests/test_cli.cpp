@@ -16,10 +16,18 @@ using testing::read_text;
 using testing::run_process;
 using testing::ScratchDir;
 
-// A run small enough for a test: two steps, two repetitions, tiny batches.
+// A run small enough for a test: two steps, two repetitions, tiny batches. A flag in `extra` that is
+// also a default here replaces the default (a flag given twice is an error of its own).
 std::vector<std::string> tiny_run(const std::string& json_path, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"--device", "cpu", "--steps", "2", "--warmup", "1", "--repetitions", "2",
-                                   "--batch", "8", "--dataset-size", "16", "--json", json_path};
+  std::vector<std::pair<std::string, std::string>> flags = {
+      {"--device", "cpu"}, {"--steps", "2"}, {"--warmup", "1"}, {"--repetitions", "2"},
+      {"--batch", "8"},    {"--dataset-size", "16"}, {"--json", json_path}};
+  std::vector<std::string> args;
+  for (const auto& [flag, value] : flags) {
+    if (std::find(extra.begin(), extra.end(), flag) != extra.end()) continue;
+    args.push_back(flag);
+    args.push_back(value);
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   return ddpbench_args(args);
 }
@@ -27,6 +35,7 @@ std::vector<std::string> tiny_run(const std::string& json_path, std::vector<std:
 struct BadInput {
   std::vector<std::string> args;
   std::string flag;  // the one line must name it
+  std::string says;  // and say this about it
 };
 
 class BadInputTest : public ::testing::TestWithParam<BadInput> {};
@@ -39,22 +48,36 @@ TEST_P(BadInputTest, ExitsTwoWithOneLineNamingTheFlagAndWritesNothing) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(GetParam().flag), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(GetParam().says), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(json_path));
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cli, BadInputTest,
-    ::testing::Values(BadInput{{"--strategy", "fsdp"}, "--strategy"}, BadInput{{"--strategy", "single,"}, "--strategy"},
-                      BadInput{{"--workload", "resnet"}, "--workload"}, BadInput{{"--steps", "0"}, "--steps"},
-                      BadInput{{"--steps", "-3"}, "--steps"}, BadInput{{"--steps", "ten"}, "--steps"},
-                      BadInput{{"--repetitions", "0"}, "--repetitions"}, BadInput{{"--warmup", "-1"}, "--warmup"},
-                      BadInput{{"--batch", "0"}, "--batch"}, BadInput{{"--batch", "1.5"}, "--batch"},
-                      BadInput{{"--world-size", "0"}, "--world-size"}, BadInput{{"--threads", "x"}, "--threads"},
-                      BadInput{{"--timeout", "-1"}, "--timeout"}, BadInput{{"--timeout", "soon"}, "--timeout"},
-                      BadInput{{"--seed", "-1"}, "--seed"}, BadInput{{"--loader-workers", "-2"}, "--loader-workers"},
-                      BadInput{{"--device", "tpu"}, "--device"}, BadInput{{"--pin-memory"}, "--pin-memory"},
-                      BadInput{{"--dataset-size", "4"}, "--dataset-size"}, BadInput{{"--no-such-flag"}, "--no-such-flag"}));
+    ::testing::Values(
+        BadInput{{"--strategy", "fsdp"}, "--strategy", "unknown name 'fsdp'"},
+        BadInput{{"--strategy", "single,"}, "--strategy", "empty name"},
+        BadInput{{"--workload", "resnet"}, "--workload", "unknown name 'resnet'"},
+        BadInput{{"--steps", "0"}, "--steps", "at least 1, got 0"},
+        BadInput{{"--steps", "-3"}, "--steps", "at least 1, got -3"},
+        BadInput{{"--steps", "ten"}, "--steps", "'ten' is not a whole number"},
+        BadInput{{"--repetitions", "0"}, "--repetitions", "at least 1"},
+        BadInput{{"--warmup", "-1"}, "--warmup", "at least 0"},
+        BadInput{{"--batch", "0"}, "--batch", "at least 1, got 0"},
+        BadInput{{"--batch", "1.5"}, "--batch", "not a whole number"},
+        BadInput{{"--batch", "1", "--world-size", "2", "--strategy", "dp"}, "--batch", "smaller than the world size"},
+        BadInput{{"--batch", "8", "--batch", "9"}, "--batch", "received 2"},
+        BadInput{{"--world-size", "0"}, "--world-size", "at least 1"},
+        BadInput{{"--threads", "x"}, "--threads", "not a whole number"},
+        BadInput{{"--timeout", "-1"}, "--timeout", "more than 0"},
+        BadInput{{"--timeout", "soon"}, "--timeout", "not a number"},
+        BadInput{{"--seed", "-1"}, "--seed", "at least 0"},
+        BadInput{{"--loader-workers", "-2"}, "--loader-workers", "at least 0"},
+        BadInput{{"--device", "tpu"}, "--device", "unknown device 'tpu'"},
+        BadInput{{"--pin-memory"}, "--pin-memory", "needs --device cuda"},
+        BadInput{{"--dataset-size", "4"}, "--dataset-size", "cannot fill a global batch of 8"},
+        BadInput{{"--no-such-flag"}, "--no-such-flag", ""}));
 
 TEST(Cli, DeviceCudaWithoutCudaExitsTwo) {
   // Meaningful only where no GPU is visible; on a GPU machine the CUDA path is tested elsewhere.
@@ -63,6 +86,16 @@ TEST(Cli, DeviceCudaWithoutCudaExitsTwo) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(r.err.find("--device") != std::string::npos || r.err.find("--world-size") != std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
+}
+
+TEST(Cli, WorldSizeOneRunsAndSaysItDegenerates) {
+  ScratchDir dir;
+  const auto r = run_process(tiny_run(dir.file("r.json"), {"--strategy", "dp", "--world-size", "1"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("mlp/dp/world:1: world size 1: dp degenerates to one device"), std::string::npos) << r.out;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  EXPECT_EQ(doc["benchmarks"][0]["ddpbench"]["status"], "ok");
+  EXPECT_NE(doc["benchmarks"][0]["ddpbench"]["note"].get<std::string>().find("degenerates"), std::string::npos);
 }
 
 TEST(Cli, UnwritableJsonPathExitsTwo) {

@@ -1,0 +1,53 @@
+#pragma once
+// What `dp` and `dp-loss-in-model` share: single-process DataParallel as PyTorch's
+// nn.DataParallel does it, on N CUDA devices or N CPU virtual devices.
+//
+// Per step: replicate (the master's parameters and buffers are copied into the replicas on
+// devices 1..N-1; the replica on device 0 is the master itself, sharing its storage, as in
+// PyTorch), scatter the batch, run the replicas concurrently on per-device threads, then (the
+// strategy's part) compute the loss and backward, reduce the replicas' gradients into the master,
+// and one optimizer step on the master.
+//
+// Buffers follow PyTorch's DataParallel: they are broadcast from the master every step, so
+// BatchNorm running statistics are updated only from device 0's chunk (the replica sharing the
+// master's storage); the other replicas' updates are overwritten at the next step.
+#include <memory>
+#include <vector>
+
+#include "harness/device_workers.h"
+#include "harness/strategy.h"
+
+namespace ddpbench {
+
+class DataParallelStrategy : public Strategy {
+ protected:
+  std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices) const override;
+  void do_setup(const StrategySetup& setup) override;
+  torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) final;
+  std::vector<torch::Tensor> do_trained_parameters() override { return master_->parameters(); }
+
+  // Scatter, forward on every replica, loss, backward; returns the global batch's loss on device 0.
+  // On return every replica's parameters hold its gradients.
+  virtual torch::Tensor forward_backward(const Batch& batch, PhaseRecorder& phases) = 0;
+
+  int replica_count() const { return static_cast<int>(replicas_.size()); }
+  WorkloadModel& replica(int i) { return *replicas_[static_cast<size_t>(i)]; }
+  const Workload& workload() const { return *workload_; }
+  const DeviceSet& devices() const { return *devices_; }
+  DeviceWorkers& workers() { return *workers_; }
+
+ private:
+  void replicate();
+  void reduce_gradients();
+
+  const Workload* workload_ = nullptr;
+  const DeviceSet* devices_ = nullptr;
+  ModelPtr master_;
+  std::vector<ModelPtr> replicas_;  // replicas_[0] is master_
+  std::vector<std::vector<torch::Tensor>> replica_parameters_;
+  std::vector<std::vector<torch::Tensor>> replica_buffers_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<DeviceWorkers> workers_;
+};
+
+}  // namespace ddpbench
