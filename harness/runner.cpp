@@ -173,7 +173,7 @@ Runner::Reference Runner::train_untimed(const CaseSpec& spec, int steps) {
   const auto& dataset = dataset_for(workload, spec.global_batch);
   torch::manual_seed(options_.seed);  // the same initial weights for every strategy
   auto strategy = StrategyRegistry::instance().get(spec.strategy).create();
-  strategy->setup({workload, spec, devices_, workload.make_model()});
+  strategy->setup({workload, spec, devices_, workload.make_model(), parity_optimizer(workload)});
   BatchLoader loader(dataset, EpochSampler(dataset.size(), spec.global_batch, options_.seed, strategy->data_shard()),
                      options_.loader);
   PhaseRecorder phases;
@@ -228,7 +228,7 @@ RepetitionRecord Runner::run_repetition(const CaseRecord& record, int index) {
 
   torch::manual_seed(options_.seed);
   auto strategy = StrategyRegistry::instance().get(spec.strategy).create();
-  strategy->setup({workload, spec, devices_, workload.make_model()});
+  strategy->setup({workload, spec, devices_, workload.make_model(), training_optimizer(workload)});
   BatchLoader loader(dataset, EpochSampler(dataset.size(), spec.global_batch, options_.seed, strategy->data_shard()),
                      options_.loader);
   MemoryProbe memory(devices_, spec.world_size);

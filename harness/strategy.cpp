@@ -6,6 +6,14 @@
 
 namespace ddpbench {
 
+OptimizerFactory training_optimizer(const Workload& workload) {
+  return [&workload](std::vector<torch::Tensor> params) { return workload.make_optimizer(std::move(params)); };
+}
+
+OptimizerFactory parity_optimizer(const Workload& workload) {
+  return [&workload](std::vector<torch::Tensor> params) { return workload.make_parity_optimizer(std::move(params)); };
+}
+
 std::string CaseSpec::name() const { return workload + "/" + strategy + "/world:" + std::to_string(world_size); }
 
 StrategyRegistry& StrategyRegistry::instance() {

@@ -27,12 +27,22 @@ struct CaseSpec {
   std::string name() const;
 };
 
+using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
+
 struct StrategySetup {
   const Workload& workload;
   const CaseSpec& spec;
   const DeviceSet& devices;
   ModelPtr model;  // freshly initialised on the CPU from the run's seed; the strategy owns it now
+  // The harness chooses the optimizer: the workload's for timed runs, its parity optimizer for the
+  // parity check. Strategies build theirs with this, never with the workload directly.
+  OptimizerFactory make_optimizer;
 };
+
+// The workload's own optimizer, for timed runs.
+OptimizerFactory training_optimizer(const Workload& workload);
+// The workload's parity optimizer, for the parity check.
+OptimizerFactory parity_optimizer(const Workload& workload);
 
 class Strategy {
  public:

@@ -29,7 +29,7 @@ void DataParallelStrategy::do_setup(const StrategySetup& setup) {
     replica_parameters_.push_back(r->parameters());
     replica_buffers_.push_back(r->buffers());
   }
-  optimizer_ = workload_->make_optimizer(master_->parameters());
+  optimizer_ = setup.make_optimizer(master_->parameters());
   workers_ = std::make_unique<DeviceWorkers>(*devices_, setup.spec.world_size);
 }
 

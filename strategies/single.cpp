@@ -13,7 +13,7 @@ class SingleStrategy final : public Strategy {
     model_ = setup.model;
     model_->to(device_);
     model_->train();
-    optimizer_ = workload_->make_optimizer(model_->parameters());
+    optimizer_ = setup.make_optimizer(model_->parameters());
   }
 
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {

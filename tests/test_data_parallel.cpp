@@ -92,7 +92,7 @@ TEST(DataParallel, GradientsReachTheMasterAndNothingElse) {
   const CaseSpec spec{"mlp", "probe", 3, 12};
   torch::manual_seed(0);
   ProbeDataParallel dp;
-  dp.setup({mlp, spec, devices, mlp.make_model()});
+  dp.setup({mlp, spec, devices, mlp.make_model(), training_optimizer(mlp)});
   std::vector<torch::Tensor> before;
   for (const auto& p : dp.trained_parameters()) before.push_back(p.detach().clone());
   PhaseRecorder phases;
@@ -124,8 +124,8 @@ TEST_P(DataParallelParity, MatchesSingleWithinTolerance) {
   RunnerOptions o;
   o.workloads = {"mlp", "transformer", "wide-logits"};
   o.strategies = {GetParam().strategy};
-  o.global_batch = 12;
-  o.dataset_size = 48;
+  o.global_batch = 24;  // near the workloads' defaults; splits evenly over 2 and 3
+  o.dataset_size = 72;
   o.steps = 1;
   o.warmup = 0;
   o.repetitions = 1;

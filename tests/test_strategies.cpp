@@ -70,7 +70,7 @@ TEST_P(SingleOnEveryWorkload, LowersTheLoss) {
   CaseSpec spec{workload.name(), "single", 1, 16};
   torch::manual_seed(0);
   auto strategy = StrategyRegistry::instance().get("single").create();
-  strategy->setup({workload, spec, devices, workload.make_model()});
+  strategy->setup({workload, spec, devices, workload.make_model(), training_optimizer(workload)});
   const Dataset data = workload.make_dataset(32, 0);
   BatchLoader loader(data, EpochSampler(32, 16, 0, strategy->data_shard()), {});
   PhaseRecorder phases;

@@ -60,6 +60,14 @@ class TransformerWorkload final : public Workload {
   std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tensor> parameters) const override {
     return std::make_unique<torch::optim::AdamW>(std::move(parameters), torch::optim::AdamWOptions(1e-3));
   }
+  // AdamW's first steps are about lr * g / (|g| + eps): where the true gradient is zero and the
+  // computed one is rounding noise of order eps (the attention key bias: softmax ignores a shift
+  // of all scores), the step is up to lr and depends on the summation order. Any change of order,
+  // a split batch or another thread count, then moves those parameters by up to 1e-3, which says
+  // nothing about the strategy. Parity uses SGD with momentum, which keeps that noise at its size.
+  std::unique_ptr<torch::optim::Optimizer> make_parity_optimizer(std::vector<torch::Tensor> parameters) const override {
+    return Workload::make_optimizer(std::move(parameters));
+  }
   Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
     // Sequences follow t[i+1] = (31 t[i] + 7) mod V four times in five, else a random token: a
     // learnable next-token rule with noise.

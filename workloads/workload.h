@@ -51,6 +51,12 @@ class Workload {
   // `size` samples, a pure function of (size, seed).
   virtual Dataset make_dataset(std::int64_t size, std::uint64_t seed) const = 0;
   virtual std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tensor> parameters) const;
+  // The optimizer of the parity check against `single`, which verifies that a strategy computes
+  // single's gradients and applies them. The default is the workload's own; a workload whose
+  // optimizer turns rounding noise into parameter differences (see transformer) names another.
+  virtual std::unique_ptr<torch::optim::Optimizer> make_parity_optimizer(std::vector<torch::Tensor> parameters) const {
+    return make_optimizer(std::move(parameters));
+  }
   // Mean loss over the batch; the default is cross-entropy over the last dimension.
   virtual torch::Tensor loss(const torch::Tensor& output, const torch::Tensor& target) const;
   virtual double flops_per_sample() const = 0;
