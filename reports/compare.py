@@ -5,10 +5,10 @@ the change in median, a two-sided Mann-Whitney U test, and the measured noise (t
 two sides), and gives a verdict:
 
   same    not significant (p >= alpha) or smaller than --min-effect
-  faster  significant, beyond --min-effect and beyond twice the noise, and faster
+  faster  significant, beyond --min-effect and beyond the noise, and faster
   slower  the same, slower: a regression
   noisy   the runs' own spread is too large to tell (noise >= min effect with no clear change, or a
-          significant change within twice the noise)
+          significant change smaller than the noise, the larger CV of the two sides)
   failed  measured in the baseline but failed (or out of memory) now: a regression
 
 Exit codes: 0 nothing regressed, 1 a case is slower or newly failed, 2 unreadable or incompatible input.
@@ -82,7 +82,7 @@ def compare(baseline, current, min_effect=DEFAULT_MIN_EFFECT, alpha=DEFAULT_ALPH
         noise = max(stats.cv(b), stats.cv(c))
         if p >= alpha or abs(change) < min_effect:
             verdict = "noisy" if noise >= min_effect else "same"
-        elif abs(change) < 2 * noise:
+        elif abs(change) < noise:
             verdict = "noisy"
         else:
             verdict = "slower" if change > 0 else "faster"

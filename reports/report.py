@@ -1,0 +1,284 @@
+"""Turn one or more ddpbench results files into PNG charts and one self-contained HTML page.
+
+    ddpbench-report RESULTS.json [MORE.json ...] -o DIR
+
+Writes DIR/<chart>.png and DIR/index.html, which embeds every chart as a base64 PNG and makes no
+outside request. Every string taken from the JSON is HTML-escaped.
+"""
+import argparse
+import base64
+import html
+import os
+import sys
+from collections import OrderedDict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from . import results, stats  # noqa: E402
+
+PHASE_ORDER = ["data", "replicate", "scatter", "forward", "gather_loss", "backward", "reduce", "comm_exposed",
+               "optimizer", "residual"]
+
+
+class Case:
+    """One measured or skipped case of one results file."""
+
+    def __init__(self, name, source):
+        self.name = name
+        self.source = source
+        self.iterations = []
+        self.median = None
+        self.fields = None
+
+    @property
+    def workload(self):
+        return self.fields["workload"]
+
+    @property
+    def strategy(self):
+        return self.fields["strategy"]
+
+    @property
+    def world(self):
+        return int(self.fields["world_size"])
+
+    @property
+    def status(self):
+        return self.fields["status"]
+
+    @property
+    def throughputs(self):
+        return [b["items_per_second"] for b in self.iterations if "items_per_second" in b]
+
+    @property
+    def step_times(self):
+        return [t for b in self.iterations for t in b["ddpbench"].get("step_times_ms", [])]
+
+
+def collect_cases(docs):
+    cases = OrderedDict()
+    for source, doc in docs:
+        for b in doc["benchmarks"]:
+            name = b.get("run_name", b["name"])
+            key = (source, name)
+            case = cases.setdefault(key, Case(name, source))
+            if case.fields is None:
+                case.fields = b["ddpbench"]
+            if b["run_type"] == "iteration" and not b.get("error_occurred"):
+                case.iterations.append(b)
+            elif b.get("aggregate_name") == "median":
+                case.median = b
+    return list(cases.values())
+
+
+def measured(cases):
+    return [c for c in cases if c.iterations]
+
+
+def _save(fig, out_dir, name):
+    path = os.path.join(out_dir, name)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def chart_throughput(cases, out_dir):
+    data = measured(cases)
+    if not data:
+        return None
+    workloads = list(OrderedDict.fromkeys(c.workload for c in data))
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 3.8), squeeze=False)
+    for ax, w in zip(axes[0], workloads):
+        rows = [c for c in data if c.workload == w]
+        labels = [f"{c.strategy}\nworld {c.world}" for c in rows]
+        meds = [stats.median(c.throughputs) for c in rows]
+        lo = [m - min(c.throughputs) for m, c in zip(meds, rows)]
+        hi = [max(c.throughputs) - m for m, c in zip(meds, rows)]
+        ax.bar(range(len(rows)), meds, yerr=[lo, hi], capsize=4, color="#4c72b0")
+        ax.set_xticks(range(len(rows)), labels, fontsize=8)
+        ax.set_title(w)
+        ax.set_ylabel("samples/s (median, min..max)")
+    fig.suptitle("Throughput per strategy")
+    return _save(fig, out_dir, "throughput.png")
+
+
+def chart_scaling(cases, out_dir):
+    data = [c for c in measured(cases) if c.median and c.median["ddpbench"].get("scaling_efficiency") is not None]
+    worlds = {c.world for c in data if c.strategy != "single"}
+    if len(worlds) < 2:
+        return None  # one world size: the efficiency column of the table says it all
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key in OrderedDict.fromkeys((c.workload, c.strategy) for c in data if c.strategy != "single"):
+        pts = sorted((c.world, c.median["ddpbench"]["scaling_efficiency"]) for c in data
+                     if (c.workload, c.strategy) == key)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{key[0]} / {key[1]}")
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("world size")
+    ax.set_ylabel("throughput(N) / (N x throughput(single))")
+    ax.set_title("Scaling efficiency")
+    ax.legend(fontsize=7)
+    return _save(fig, out_dir, "scaling.png")
+
+
+def chart_memory(cases, out_dir):
+    data = [c for c in measured(cases) if c.median and c.median["ddpbench"].get("memory")]
+    if not data:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(data) + 2), 4))
+    max_dev = max(len(c.median["ddpbench"]["memory"]) for c in data)
+    width = 0.8 / max_dev
+    for d in range(max_dev):
+        vals = []
+        for c in data:
+            mem = c.median["ddpbench"]["memory"]
+            v = mem[d]["peak_allocated_bytes"] if d < len(mem) else None
+            vals.append((v or 0) / 2 ** 20)
+        ax.bar([i + d * width for i in range(len(data))], vals, width, label=f"device {d}")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(data))], [c.name for c in data], rotation=30,
+                  ha="right", fontsize=8)
+    ax.set_ylabel("peak allocated (MiB)")
+    ax.set_title("Memory per device (device 0 first)")
+    ax.legend(fontsize=8)
+    return _save(fig, out_dir, "memory.png")
+
+
+def chart_phases(cases, out_dir):
+    data = [c for c in measured(cases) if c.median and c.median["ddpbench"].get("phases_ms")]
+    if not data:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(data) + 1.5))
+    left = [0.0] * len(data)
+    # Shares of each case's own step: cases differ in step time by orders of magnitude.
+    totals = [sum(max(0.0, v) for v in c.median["ddpbench"]["phases_ms"].values()) or 1.0 for c in data]
+    for phase in PHASE_ORDER:
+        vals = [100 * max(0.0, c.median["ddpbench"]["phases_ms"].get(phase, 0.0)) / t for c, t in zip(data, totals)]
+        if not any(vals):
+            continue
+        ax.barh(range(len(data)), vals, left=left, label=phase)
+        left = [l + v for l, v in zip(left, vals)]
+    ax.set_yticks(range(len(data)), [c.name for c in data], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("% of the step (median phase times)")
+    ax.set_title("Where a step's time goes")
+    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    return _save(fig, out_dir, "phases.png")
+
+
+def chart_step_times(cases, out_dir):
+    data = [c for c in measured(cases) if c.step_times]
+    if not data:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(data) + 2), 4))
+    ax.boxplot([c.step_times for c in data])
+    ax.set_xticks(range(1, len(data) + 1), [c.name for c in data], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("step time (ms)")
+    ax.set_title("Step-time distributions (every measured step)")
+    return _save(fig, out_dir, "step_times.png")
+
+
+CHARTS = [("Throughput", chart_throughput), ("Scaling efficiency", chart_scaling), ("Memory per device", chart_memory),
+          ("Phase breakdown", chart_phases), ("Step-time distributions", chart_step_times)]
+
+
+def verdicts(cases):
+    """One line per workload: the fastest strategy and how the others compare."""
+    lines = []
+    data = measured(cases)
+    for w in OrderedDict.fromkeys(c.workload for c in data):
+        rows = sorted((c for c in data if c.workload == w), key=lambda c: -stats.median(c.throughputs))
+        best = rows[0]
+        line = f"{w}: fastest is {best.strategy} (world {best.world}, {stats.median(best.throughputs):.0f} samples/s)"
+        others = [f"{c.strategy} world {c.world} at {stats.median(c.throughputs) / stats.median(best.throughputs):.2f}x"
+                  for c in rows[1:]]
+        if others:
+            line += "; " + ", ".join(others)
+        lines.append(line)
+    return lines
+
+
+def _table(header, rows):
+    e = html.escape
+    out = ["<table><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in header) + "</tr>"]
+    for r in rows:
+        out.append("<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in r) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def render_html(docs, cases, charts):
+    e = html.escape
+    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>ddpbench report</title>",
+             "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
+             "margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eee}"
+             "img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}</style></head><body>",
+             "<h1>ddpbench report</h1>"]
+    parts.append("<h2>Verdict per workload</h2><ul>" + "".join(f"<li>{e(v)}</li>" for v in verdicts(cases)) + "</ul>")
+    rows = []
+    for c in cases:
+        med = c.median["ddpbench"] if c.median else {}
+        rows.append([c.source, c.name, c.status, f"{stats.median(c.throughputs):.1f}" if c.throughputs else "-",
+                     f"{med['scaling_efficiency']:.2f}" if med.get("scaling_efficiency") is not None else "-",
+                     f"{med['memory_imbalance']:.2f}" if med.get("memory_imbalance") is not None else "-",
+                     c.fields.get("reason") or c.fields.get("note") or ""])
+    parts.append("<h2>Cases</h2>" + _table(["file", "case", "status", "samples/s", "scaling", "imbalance", "note"], rows))
+    for title, path in charts:
+        with open(path, "rb") as f:
+            data = base64.b64encode(f.read()).decode("ascii")
+        parts.append(f"<h2>{e(title)}</h2><img alt='{e(title)}' src='data:image/png;base64,{data}'>")
+    parity_rows = []
+    for c in cases:
+        p = c.fields.get("parity")
+        if p:
+            parity_rows.append([c.name, p["steps"], f"{p['max_rel_param_diff']:.2e}", p["tolerance"],
+                                "ok" if p["within_tolerance"] else "DIFF", p.get("note", "")])
+    parts.append("<h2>Parity with single</h2>" +
+                 _table(["case", "steps", "max rel. param diff", "tolerance", "result", "note"], parity_rows))
+    for source, doc in docs:
+        ctx = doc["context"]
+        d = ctx["ddpbench"]
+        rows = [["host", ctx.get("host_name")], ["date", ctx.get("date")], ["cpus", ctx.get("num_cpus")],
+                ["ddpbench", f"{d.get('version')} ({d.get('git_sha')})"], ["LibTorch", d.get("torch_version")],
+                ["CUDA", d.get("cuda_version")], ["NCCL", d.get("nccl_version")],
+                ["argv", " ".join(d.get("argv", []))]]
+        rows += [[f"device {dev['index']} ({dev['kind']})", f"{dev['name']}, {dev['total_memory_bytes'] / 2**30:.1f} GiB"]
+                 for dev in d.get("devices", [])]
+        rows += [[k, v] for k, v in d.get("env", {}).items()]
+        parts.append(f"<h2>Context: {e(source)}</h2>" + _table(["", ""], rows))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(paths, out_dir):
+    docs = [(os.path.basename(p), results.load(p)) for p in paths]
+    os.makedirs(out_dir, exist_ok=True)
+    cases = collect_cases(docs)
+    charts = []
+    for title, fn in CHARTS:
+        path = fn(cases, out_dir)
+        if path:
+            charts.append((title, path))
+    page = render_html(docs, cases, charts)
+    index = os.path.join(out_dir, "index.html")
+    tmp = index + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(page)
+    os.replace(tmp, index)  # never a half-written page
+    return index, [p for _, p in charts]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="ddpbench-report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="+", help="ddpbench results JSON files")
+    p.add_argument("-o", "--output", required=True, help="directory for the PNGs and index.html")
+    args = p.parse_args(argv)
+    try:
+        index, charts = write_report(args.results, args.output)
+    except results.ResultsError as e:
+        print(f"ddpbench-report: {e}", file=sys.stderr)
+        return 2
+    print(f"ddpbench-report: {len(charts)} chart(s) and {index}")
+    return 0

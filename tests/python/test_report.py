@@ -1,0 +1,87 @@
+"""ddpbench-report on real results: charts written, embedded, escaped, and rendered by Chromium."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from reports import report  # noqa: E402
+
+FIXTURES = os.path.join(ROOT, "tests", "python", "fixtures")
+WORLD2 = os.path.join(FIXTURES, "mlp-cpu-world2.json")
+WORLD3 = os.path.join(FIXTURES, "mlp-cpu-world3.json")
+SCRIPT = os.path.join(ROOT, "scripts", "ddpbench-report")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_writes_every_chart_and_a_page_that_embeds_them(tmp_path):
+    out = tmp_path / "report"
+    r = subprocess.run([SCRIPT, WORLD2, WORLD3, "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    expected = {"throughput.png", "scaling.png", "memory.png", "phases.png", "step_times.png"}
+    assert expected <= set(os.listdir(out))
+    for name in expected:
+        assert (out / name).read_bytes().startswith(PNG_MAGIC), name
+    page = (out / "index.html").read_text()
+    assert page.count("src='data:image/png;base64,") == len(expected)
+    # Self-contained: no request leaves the page.
+    assert "http://" not in page and "https://" not in page and "<script" not in page
+    for case in ("mlp/single/world:1", "mlp/dp/world:2", "mlp/dp-loss-in-model/world:3"):
+        assert case in page
+    assert "Parity with single" in page and "Verdict per workload" in page
+
+
+def test_scaling_chart_needs_two_world_sizes(tmp_path):
+    _, charts = report.write_report([WORLD2], str(tmp_path))
+    assert "scaling.png" not in {os.path.basename(c) for c in charts}
+
+
+def test_hostile_strings_are_escaped(tmp_path):
+    doc = json.load(open(WORLD2))
+    doc["context"]["host_name"] = "<script>alert('host')</script>"
+    doc["context"]["ddpbench"]["argv"].append("<img src=x onerror=alert(1)>")
+    for b in doc["benchmarks"]:
+        if b["ddpbench"]["status"] == "skipped":
+            b["ddpbench"]["reason"] = "<b>bold</b> & <i>reason</i>"
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(json.dumps(doc))
+    index, _ = report.write_report([str(hostile)], str(tmp_path / "out"))
+    page = open(index).read()
+    assert "<script>" not in page and "<img src=x" not in page and "<b>bold</b>" not in page
+    assert "&lt;script&gt;alert(&#x27;host&#x27;)&lt;/script&gt;" in page
+    assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;i&gt;reason&lt;/i&gt;" in page
+
+
+def test_unknown_schema_exits_two_and_writes_nothing(tmp_path):
+    doc = json.load(open(WORLD2))
+    doc["context"]["json_schema_version"] = 2
+    bad = tmp_path / "v2.json"
+    bad.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    r = subprocess.run([SCRIPT, str(bad), "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "json_schema_version 2" in r.stderr
+    assert not out.exists()
+
+
+def test_page_renders_in_headless_chromium(tmp_path):
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is missing: scripts/setup.sh installs it"
+    index, _ = report.write_report([WORLD2, WORLD3], str(tmp_path / "out"))
+    shot = tmp_path / "shot.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars", "--window-size=1200,1600",
+                    f"--screenshot={shot}", f"file://{index}"],
+                   check=True, capture_output=True, timeout=120)
+    import matplotlib.image
+    pixels = matplotlib.image.imread(str(shot))
+    assert pixels.shape[0] >= 1000 and pixels.shape[1] >= 1000
+    # A blank page is one colour; text, tables and charts make many.
+    assert pixels[..., :3].std() > 0.05
+    dark = (pixels[..., :3].mean(axis=2) < 0.5).mean()
+    assert 0.005 < dark < 0.5, f"share of dark pixels {dark:.3f}"
