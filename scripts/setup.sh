@@ -14,6 +14,8 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   # Python side: reports, tests, and the PyTorch comparison benchmarks (Debian's python3, not PATH's)
   python3 python3-matplotlib python3-pytest python3-torch python3-numpy
+  # the report page's render test takes a screenshot in headless Chromium
+  chromium
 )
 
 missing=()
