@@ -104,7 +104,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                                         (compat::built_with_cuda() ? ", CUDA" : ", CPU only") + ")");
   std::string strategies = "all", workloads = "mlp", device = "auto", world_size, batch, steps = "30", warmup = "5",
               repetitions = "5", seed = "42", threads, timeout = "300", json = "ddpbench-results.json",
-              loader_workers = "0", dataset_size, parity_steps = "3", parity_tolerance = "1e-5";
+              loader_workers = "0", dataset_size, parity_steps = "3", parity_tolerance = "1e-5", max_cv = "0.05";
   bool list = false, no_json = false, pin_memory = false;
 
   app.add_option("--strategy", strategies, "comma list of strategies, or all")->capture_default_str();
@@ -128,6 +128,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_option("--parity-steps", parity_steps, "untimed steps of the parity check against single (0: off)")
       ->capture_default_str();
   app.add_option("--parity-tolerance", parity_tolerance, "largest relative parameter difference from single")
+      ->capture_default_str();
+  app.add_option("--max-cv", max_cv, "mark a case noisy when its repetitions vary more (0.05 = 5%)")
       ->capture_default_str();
   app.add_flag("--list", list, "list every strategy and workload, one line each");
 
@@ -174,6 +176,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (!dataset_size.empty()) r.dataset_size = parse_count("--dataset-size", dataset_size, 1);
   r.parity_steps = static_cast<int>(parse_count("--parity-steps", parity_steps, 0, 10000));
   r.parity_tolerance = parse_fraction("--parity-tolerance", parity_tolerance);
+  r.max_cv = parse_fraction("--max-cv", max_cv);
   if (no_json) {
     cmd.json_path.reset();
   } else {

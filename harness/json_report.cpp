@@ -49,6 +49,7 @@ json context_json(const RunRecord& record) {
         {"seed", s.seed},
         {"parity_steps", s.parity_steps},
         {"parity_tolerance", s.parity_tolerance},
+        {"max_cv", s.max_cv},
         {"loader_workers", s.loader_workers},
         {"pin_memory", s.pin_memory},
         {"timeout_seconds", s.timeout_seconds}}},
@@ -104,6 +105,22 @@ json phases_json(const CaseRecord& c, const PhaseSeconds& phases, double step_se
   return out;
 }
 
+// Percentiles and the median's 95% confidence interval over every measured step of every
+// repetition. Steps of one repetition are not independent, so read the interval as a lower bound
+// of the uncertainty; the CV (between repetitions) is the noise a comparison must beat.
+json step_distribution_json(const CaseRecord& c) {
+  std::vector<double> ms;
+  for (const auto& r : c.repetitions) {
+    for (double t : r.step_seconds) ms.push_back(t * 1e3);
+  }
+  const auto ci = stats::median_confidence_interval(ms, 0.95);
+  return {{"p10", stats::percentile(ms, 0.1)},
+          {"p50", stats::median(ms)},
+          {"p90", stats::percentile(ms, 0.9)},
+          {"median_ci95", ci ? json{{"low", ci->low}, {"high", ci->high}} : json(nullptr)},
+          {"samples", ms.size()}};
+}
+
 json case_fields(const CaseRecord& c) {
   json f = {{"workload", c.spec.workload},
             {"strategy", c.spec.strategy},
@@ -118,7 +135,8 @@ json case_fields(const CaseRecord& c) {
              {{"parameters", c.facts.parameters},
               {"gradient_bytes", c.facts.gradient_bytes},
               {"flops_per_sample", c.facts.flops_per_sample}}},
-            {"parity", parity_json(c.parity)}};
+            {"parity", parity_json(c.parity)},
+            {"noisy", c.noisy}};
   return f;
 }
 
@@ -221,6 +239,7 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     f["memory"] = memory_json(peak);
     f["memory_imbalance"] = optional_json(memory_imbalance(peak));
     f["scaling_efficiency"] = optional_json(c.scaling_efficiency);
+    f["step_time_ms"] = step_distribution_json(c);
     e["ddpbench"] = f;
     benchmarks.push_back(e);
   }

@@ -52,6 +52,8 @@ struct CaseRecord {
   std::optional<ParityRecord> parity;
   std::vector<Phase> phases_used;
   std::optional<double> scaling_efficiency;
+  // CV of the repetition means above --max-cv: the machine's noise is too large to trust the numbers.
+  bool noisy = false;
 
   // Medians over repetitions of the per-repetition means; callers check repetitions is not empty.
   double median_step_seconds() const;
@@ -65,6 +67,7 @@ struct RunSettings {
   std::uint64_t seed = 0;
   int parity_steps = 0;
   double parity_tolerance = 0;
+  double max_cv = 0;
   int loader_workers = 0;
   bool pin_memory = false;
   DeviceKind device_kind = DeviceKind::Cpu;

@@ -99,6 +99,7 @@ Runner::Runner(RunnerOptions options, DeviceSet devices, RunContext context)
   s.seed = options_.seed;
   s.parity_steps = options_.parity_steps;
   s.parity_tolerance = options_.parity_tolerance;
+  s.max_cv = options_.max_cv;
   s.loader_workers = options_.loader.workers;
   s.pin_memory = options_.loader.pin_memory;
   s.device_kind = devices_.kind();
@@ -334,6 +335,9 @@ RunRecord Runner::run() {
         c.scaling_efficiency = c.median_items_per_second() / (c.spec.world_size * base.median_items_per_second());
       }
     }
+    std::vector<double> means;
+    for (const auto& r : c.repetitions) means.push_back(r.mean_step_seconds());
+    c.noisy = means.size() >= 2 && stats::cv(means) > options_.max_cv;
     for (int p = 0; p < kPhaseCount; ++p) {
       bool used = false;
       for (const auto& r : c.repetitions) used = used || r.phase_seconds[p] > 0;

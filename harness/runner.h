@@ -26,6 +26,7 @@ struct RunnerOptions {
   std::uint64_t seed = 42;
   int parity_steps = 3;
   double parity_tolerance = 1e-5;
+  double max_cv = 0.05;  // a case whose repetition means vary more is marked noisy
   LoaderOptions loader;
   double timeout_seconds = 300;
 };

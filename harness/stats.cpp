@@ -38,4 +38,26 @@ double cv(const std::vector<double>& xs) {
   return m == 0.0 ? 0.0 : stddev(xs) / m;
 }
 
+std::optional<Interval> median_confidence_interval(const std::vector<double>& xs, double confidence) {
+  if (!(confidence > 0.0 && confidence < 1.0)) throw std::invalid_argument("stats: confidence outside (0, 1)");
+  const auto n = static_cast<long long>(xs.size());
+  if (n == 0) return std::nullopt;
+  const double tail = (1.0 - confidence) / 2.0;
+  // P(B <= i) for B ~ Binomial(n, 1/2), accumulated in log space so large n does not overflow.
+  const double log_half_n = static_cast<double>(n) * std::log(0.5);
+  double cdf = 0.0;
+  long long j = 0;  // the largest rank with P(B <= j - 1) <= tail
+  for (long long i = 0; i < n; ++i) {
+    const double log_choose = std::lgamma(static_cast<double>(n) + 1) - std::lgamma(static_cast<double>(i) + 1) -
+                              std::lgamma(static_cast<double>(n - i) + 1);
+    cdf += std::exp(log_choose + log_half_n);
+    if (cdf > tail) break;
+    j = i + 1;
+  }
+  if (j < 1) return std::nullopt;
+  std::vector<double> sorted(xs);
+  std::sort(sorted.begin(), sorted.end());
+  return Interval{sorted[static_cast<size_t>(j - 1)], sorted[static_cast<size_t>(n - j)]};
+}
+
 }  // namespace ddpbench::stats

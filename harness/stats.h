@@ -1,5 +1,6 @@
 #pragma once
 // Summary statistics over repeated measurements. Pure functions, tested against known samples.
+#include <optional>
 #include <vector>
 
 namespace ddpbench::stats {
@@ -12,5 +13,14 @@ double stddev(const std::vector<double>& xs);
 double cv(const std::vector<double>& xs);
 // Linear interpolation between closest ranks (numpy's default), q in [0, 1].
 double percentile(const std::vector<double>& xs, double q);
+
+struct Interval {
+  double low = 0;
+  double high = 0;
+};
+// Distribution-free confidence interval of the median from order statistics: [x(j), x(n+1-j)] with
+// the largest j for which P(Binomial(n, 1/2) < j) <= (1 - confidence) / 2. Needs independent samples;
+// none when n is too small for the confidence (fewer than 6 samples at 95%).
+std::optional<Interval> median_confidence_interval(const std::vector<double>& xs, double confidence = 0.95);
 
 }  // namespace ddpbench::stats

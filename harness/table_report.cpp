@@ -35,7 +35,8 @@ std::string format_table(const RunRecord& record) {
       std::vector<double> means;
       for (const auto& r : c.repetitions) means.push_back(r.mean_step_seconds());
       row.push_back(fmt("%.2f", c.median_step_seconds() * 1e3));
-      row.push_back(fmt("%.1f%%", stats::cv(means) * 100));
+      // A trailing * marks a noisy case (CV above --max-cv).
+      row.push_back(fmt("%.1f%%", stats::cv(means) * 100) + (c.noisy ? "*" : ""));
       row.push_back(fmt("%.0f", c.median_items_per_second()));
       row.push_back(c.scaling_efficiency ? fmt("%.2f", *c.scaling_efficiency) : "-");
       std::optional<std::int64_t> dev0;
@@ -80,6 +81,12 @@ std::string format_table(const RunRecord& record) {
   for (size_t w : width) total += w + 2;
   out << std::string(total - 2, '-') << '\n';
   for (const auto& r : rows) print_row(r);
+  bool any_noisy = false;
+  for (const auto& c : record.cases) any_noisy = any_noisy || c.noisy;
+  if (any_noisy) {
+    out << "  * noisy: repetitions vary more than --max-cv " << fmt("%.0f%%", record.settings.max_cv * 100)
+        << "; read those numbers with care (more --steps or --repetitions, a quieter machine)\n";
+  }
   for (const auto& n : notes) out << "  " << n << '\n';
   if (!record.interruption.empty()) out << "  " << record.interruption << '\n';
   return out.str();

@@ -77,6 +77,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--device", "tpu"}, "--device", "unknown device 'tpu'"},
         BadInput{{"--pin-memory"}, "--pin-memory", "needs --device cuda"},
         BadInput{{"--dataset-size", "4"}, "--dataset-size", "cannot fill a global batch of 8"},
+        BadInput{{"--max-cv", "-0.1"}, "--max-cv", "not a non-negative number"},
         BadInput{{"--no-such-flag"}, "--no-such-flag", ""}));
 
 TEST(Cli, DeviceCudaWithoutCudaExitsTwo) {
@@ -86,6 +87,18 @@ TEST(Cli, DeviceCudaWithoutCudaExitsTwo) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(r.err.find("--device") != std::string::npos || r.err.find("--world-size") != std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
+}
+
+TEST(Cli, MaxCvMarksNoisyCasesInTableAndJson) {
+  // Real timings always vary a little: with --max-cv 0 every case is noisy, with 10 (1000%) none is.
+  for (const auto& [max_cv, noisy] : std::vector<std::pair<std::string, bool>>{{"0", true}, {"10", false}}) {
+    ScratchDir dir;
+    const auto r = run_process(tiny_run(dir.file("r.json"), {"--strategy", "single", "--max-cv", max_cv}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out.find("* noisy: repetitions vary more than --max-cv") != std::string::npos, noisy) << r.out;
+    const json doc = json::parse(read_text(dir.file("r.json")));
+    for (const auto& b : doc["benchmarks"]) EXPECT_EQ(b["ddpbench"]["noisy"].get<bool>(), noisy) << b["name"];
+  }
 }
 
 TEST(Cli, WorldSizeOneRunsAndSaysItDegenerates) {
@@ -200,6 +213,20 @@ TEST(Cli, JsonHoldsTheContractsValues) {
     }
   }
   EXPECT_EQ(by_type, (std::map<std::string, int>{{"iteration", 2}, {"median", 1}, {"mean", 1}, {"stddev", 1}, {"cv", 1}}));
+}
+
+TEST(Cli, MedianAggregateCarriesTheStepDistribution) {
+  const json doc = tiny_results({"--strategy", "single", "--steps", "5", "--repetitions", "2"});
+  for (const auto& b : doc["benchmarks"]) {
+    if (b["run_type"] != "aggregate" || b["aggregate_name"] != "median") continue;
+    const auto& d = b["ddpbench"]["step_time_ms"];
+    EXPECT_EQ(d["samples"], 10);
+    EXPECT_LE(d["p10"].get<double>(), d["p50"].get<double>());
+    EXPECT_LE(d["p50"].get<double>(), d["p90"].get<double>());
+    ASSERT_TRUE(d["median_ci95"].is_object());  // 10 samples are enough for 95%
+    EXPECT_LE(d["median_ci95"]["low"].get<double>(), d["p50"].get<double>());
+    EXPECT_GE(d["median_ci95"]["high"].get<double>(), d["p50"].get<double>());
+  }
 }
 
 TEST(Cli, KilledRunLeavesNoTruncatedJson) {

@@ -29,6 +29,24 @@ TEST(Stats, SampleStddevAndCv) {
   EXPECT_DOUBLE_EQ(stats::stddev({3.0}), 0.0);
 }
 
+TEST(Stats, MedianConfidenceIntervalUsesTheBinomialOrderStatistics) {
+  std::vector<double> ten, hundred;
+  for (int i = 1; i <= 10; ++i) ten.push_back(i);
+  for (int i = 1; i <= 100; ++i) hundred.push_back(101 - i);  // unsorted input
+  // n = 10: ranks 2 and 9 (coverage 97.9%); n = 100: ranks 40 and 61 (the textbook table).
+  const auto ci10 = stats::median_confidence_interval(ten);
+  ASSERT_TRUE(ci10.has_value());
+  EXPECT_DOUBLE_EQ(ci10->low, 2);
+  EXPECT_DOUBLE_EQ(ci10->high, 9);
+  const auto ci100 = stats::median_confidence_interval(hundred);
+  ASSERT_TRUE(ci100.has_value());
+  EXPECT_DOUBLE_EQ(ci100->low, 40);
+  EXPECT_DOUBLE_EQ(ci100->high, 61);
+  // Five samples cannot give 95%: even [min, max] covers only 1 - 2/32 = 93.75%.
+  EXPECT_FALSE(stats::median_confidence_interval({1, 2, 3, 4, 5}).has_value());
+  EXPECT_TRUE(stats::median_confidence_interval({1, 2, 3, 4, 5, 6}).has_value());
+}
+
 TEST(Stats, EmptyInputIsAnError) {
   EXPECT_THROW(stats::median({}), std::invalid_argument);
   EXPECT_THROW(stats::percentile({1.0}, 1.5), std::invalid_argument);
