@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/atomic_file.h"
+#include "harness/explain.h"
 #include "harness/stats.h"
 
 namespace ddpbench {
@@ -252,7 +253,12 @@ nlohmann::json to_json(const RunRecord& record) {
   for (size_t i = 0; i < record.cases.size(); ++i) {
     add_case(benchmarks, record.cases[i], static_cast<int>(i), record.settings);
   }
-  return {{"context", context_json(record)}, {"benchmarks", benchmarks}};
+  json why = json::array();
+  for (const auto& e : explain(record)) {
+    why.push_back({{"workload", e.workload}, {"fastest", e.fastest}, {"lines", e.lines}});
+  }
+  // ddpbench's own top-level object: readers of Google Benchmark's layout ignore it.
+  return {{"context", context_json(record)}, {"benchmarks", benchmarks}, {"ddpbench", {{"why", why}}}};
 }
 
 void JsonFileSink::on_update(const RunRecord& record) { write_file_atomically(path_, to_json(record).dump(2) + "\n"); }

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "harness/explain.h"
 #include "harness/stats.h"
 
 namespace ddpbench {
@@ -89,6 +90,11 @@ std::string format_table(const RunRecord& record) {
   }
   for (const auto& n : notes) out << "  " << n << '\n';
   if (!record.interruption.empty()) out << "  " << record.interruption << '\n';
+  const auto why = explain(record);
+  if (!why.empty()) out << "why:\n";
+  for (const auto& e : why) {
+    for (const auto& line : e.lines) out << "  " << line << '\n';
+  }
   return out.str();
 }
 

@@ -215,7 +215,11 @@ def render_html(docs, cases, charts):
              "margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eee}"
              "img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}</style></head><body>",
              "<h1>ddpbench report</h1>"]
-    parts.append("<h2>Verdict per workload</h2><ul>" + "".join(f"<li>{e(v)}</li>" for v in verdicts(cases)) + "</ul>")
+    # ddpbench's own explanation (top-level "ddpbench.why") where the file has one, else a verdict
+    # computed here from throughput alone.
+    why = [line for _, doc in docs for w in doc.get("ddpbench", {}).get("why", []) for line in w.get("lines", [])]
+    parts.append("<h2>Verdict per workload</h2><ul>" + "".join(f"<li>{e(v)}</li>" for v in (why or verdicts(cases)))
+                 + "</ul>")
     rows = []
     for c in cases:
         med = c.median["ddpbench"] if c.median else {}

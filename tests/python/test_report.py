@@ -35,6 +35,19 @@ def test_writes_every_chart_and_a_page_that_embeds_them(tmp_path):
     assert "Parity with single" in page and "Verdict per workload" in page
 
 
+def test_page_shows_ddpbenchs_own_explanation(tmp_path):
+    doc = json.load(open(WORLD2))
+    doc["ddpbench"] = {"why": [{"workload": "mlp", "fastest": "mlp/dp/world:2",
+                                "lines": ["mlp/dp/world:2 is fastest: 1 samples/s",
+                                          "mlp/single/world:1: 0.50x the fastest's throughput; most extra time in backward"]}]}
+    path = tmp_path / "why.json"
+    path.write_text(json.dumps(doc))
+    index, _ = report.write_report([str(path)], str(tmp_path / "out"))
+    page = open(index).read()
+    assert "most extra time in backward" in page
+    assert "fastest is" not in page  # the computed fallback is not used when ddpbench explained
+
+
 def test_scaling_chart_needs_two_world_sizes(tmp_path):
     _, charts = report.write_report([WORLD2], str(tmp_path))
     assert "scaling.png" not in {os.path.basename(c) for c in charts}
