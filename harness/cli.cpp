@@ -131,6 +131,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       ->capture_default_str();
   app.add_option("--max-cv", max_cv, "mark a case noisy when its repetitions vary more (0.05 = 5%)")
       ->capture_default_str();
+  std::string trace_dir;
+  app.add_option("--trace", trace_dir, "write a Chrome trace-event file per rank into this directory");
   app.add_flag("--list", list, "list every strategy and workload, one line each");
 
   std::vector<std::string> rest(args.begin() + (args.empty() ? 0 : 1), args.end());
@@ -177,6 +179,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   r.parity_steps = static_cast<int>(parse_count("--parity-steps", parity_steps, 0, 10000));
   r.parity_tolerance = parse_fraction("--parity-tolerance", parity_tolerance);
   r.max_cv = parse_fraction("--max-cv", max_cv);
+  if (!trace_dir.empty()) cmd.trace_dir = trace_dir;
   if (no_json) {
     cmd.json_path.reset();
   } else {

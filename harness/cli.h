@@ -17,6 +17,7 @@ struct CommandLine {
   RunnerOptions runner;
   DeviceRequest devices;
   std::optional<std::string> json_path;  // none: --no-json
+  std::optional<std::string> trace_dir;  // --trace DIR
 };
 
 // `args` includes the program name. Throws UsageError.

@@ -17,6 +17,7 @@
 #include "harness/run_context.h"
 #include "harness/runner.h"
 #include "harness/table_report.h"
+#include "harness/trace.h"
 
 namespace {
 
@@ -49,8 +50,15 @@ int run(const std::vector<std::string>& args) {
     throw UsageError("--pin-memory: needs --device cuda (pinned host memory only speeds host-to-GPU copies)");
   }
   if (cmd.json_path) check_writable_output("--json", *cmd.json_path);
+  std::optional<TraceRecorder> trace;
+  RunnerOptions options = cmd.runner;
+  if (cmd.trace_dir) {
+    check_writable_output("--trace", *cmd.trace_dir + "/ddpbench-rank0.json");
+    trace.emplace(/*rank=*/0, /*world_size=*/1);
+    options.trace = &*trace;
+  }
 
-  Runner runner(cmd.runner, devices, collect_run_context(args));
+  Runner runner(options, devices, collect_run_context(args));
   runner.validate();
 
   std::cout << "ddpbench: " << cmd.runner.workloads.size() << " workload(s) x " << cmd.runner.strategies.size()
@@ -72,6 +80,7 @@ int run(const std::vector<std::string>& args) {
   std::signal(SIGTERM, on_stop_signal);
   const RunRecord record = runner.run();
   if (cmd.json_path) std::cout << "results: " << *cmd.json_path << '\n';
+  if (trace) std::cout << "trace: " << trace->write(*cmd.trace_dir) << '\n';
 
   if (!record.interruption.empty()) return 130;
   for (const auto& c : record.cases) {

@@ -1,5 +1,7 @@
 #include "harness/phase_recorder.h"
 
+#include "harness/trace.h"
+
 #if DDPBENCH_HAVE_NVTX
 #include <nvtx3/nvToolsExt.h>
 #endif
@@ -23,6 +25,8 @@ const char* phase_name(Phase phase) {
 }
 
 namespace {
+#include "harness/trace.h"
+
 #if DDPBENCH_HAVE_NVTX
 // Without a tool attached these calls return at once; NVTX initialises on first use.
 nvtxDomainHandle_t nvtx_domain() {
@@ -51,17 +55,23 @@ PhaseRecorder::Scope::Scope(PhaseRecorder& recorder, Phase phase)
 
 PhaseRecorder::Scope::~Scope() {
   nvtx_pop();
-  const auto elapsed = std::chrono::steady_clock::now() - start_;
+  const auto end = std::chrono::steady_clock::now();
+  const auto elapsed = end - start_;
   const int i = static_cast<int>(phase_);
+  if (recorder_.trace_) recorder_.trace_->record(phase_name(phase_), start_, end, recorder_.step_index_);
   recorder_.step_[i] += std::chrono::duration<double>(elapsed).count();
   recorder_.used_[i] = true;
 }
 
 void PhaseRecorder::begin_step() {
   step_.fill(0.0);
+  step_start_ = std::chrono::steady_clock::now();
   nvtx_push("step");
 }
 
-void PhaseRecorder::end_step() { nvtx_pop(); }
+void PhaseRecorder::end_step() {
+  nvtx_pop();
+  if (trace_) trace_->record("step", step_start_, std::chrono::steady_clock::now(), step_index_);
+}
 
 }  // namespace ddpbench

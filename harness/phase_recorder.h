@@ -8,6 +8,8 @@
 
 namespace ddpbench {
 
+class TraceRecorder;
+
 enum class Phase : int {
   Data,
   Replicate,
@@ -42,6 +44,10 @@ class PhaseRecorder {
 
   [[nodiscard]] Scope scope(Phase phase) { return Scope(*this, phase); }
 
+  // Where to record each step and phase range, with this step number (none: no trace).
+  void set_trace(TraceRecorder* trace) { trace_ = trace; }
+  void set_step(std::int64_t step) { step_index_ = step; }
+
   // One NVTX `step` range around each step; the phases of the step nest inside it.
   void begin_step();
   void end_step();
@@ -53,6 +59,9 @@ class PhaseRecorder {
  private:
   PhaseSeconds step_{};
   std::array<bool, kPhaseCount> used_{};
+  TraceRecorder* trace_ = nullptr;
+  std::int64_t step_index_ = 0;
+  std::chrono::steady_clock::time_point step_start_{};
 };
 
 }  // namespace ddpbench

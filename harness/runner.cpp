@@ -260,8 +260,13 @@ RepetitionRecord Runner::run_repetition(const CaseRecord& record, int index) {
     for (auto* sink : sinks_) sink->on_progress(name, "warm-up", i + 1, options_.warmup);
   }
   memory.reset();
+  if (options_.trace) {
+    options_.trace->set_context(name, index);
+    phases.set_trace(options_.trace);  // measured steps only: warm-up is not part of the picture
+  }
   const double cpu_start = process_cpu_seconds();
   for (int i = 0; i < options_.steps; ++i) {
+    phases.set_step(options_.warmup + i);
     const auto start = std::chrono::steady_clock::now();
     one_step();
     const auto stop = std::chrono::steady_clock::now();

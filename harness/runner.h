@@ -12,6 +12,7 @@
 #include "harness/data_loader.h"
 #include "harness/device_set.h"
 #include "harness/results.h"
+#include "harness/trace.h"
 
 namespace ddpbench {
 
@@ -29,6 +30,7 @@ struct RunnerOptions {
   double max_cv = 0.05;  // a case whose repetition means vary more is marked noisy
   LoaderOptions loader;
   double timeout_seconds = 300;
+  TraceRecorder* trace = nullptr;  // records the measured steps' ranges when set (--trace)
 };
 
 // Where the runner reports as it goes: the JSON file, the table, the progress line (views).

@@ -78,6 +78,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--pin-memory"}, "--pin-memory", "needs --device cuda"},
         BadInput{{"--dataset-size", "4"}, "--dataset-size", "cannot fill a global batch of 8"},
         BadInput{{"--max-cv", "-0.1"}, "--max-cv", "not a non-negative number"},
+        BadInput{{"--trace", "/no/such/dir"}, "--trace", "does not exist"},
         BadInput{{"--no-such-flag"}, "--no-such-flag", ""}));
 
 TEST(Cli, DeviceCudaWithoutCudaExitsTwo) {
@@ -226,6 +227,36 @@ TEST(Cli, MedianAggregateCarriesTheStepDistribution) {
     ASSERT_TRUE(d["median_ci95"].is_object());  // 10 samples are enough for 95%
     EXPECT_LE(d["median_ci95"]["low"].get<double>(), d["p50"].get<double>());
     EXPECT_GE(d["median_ci95"]["high"].get<double>(), d["p50"].get<double>());
+  }
+}
+
+TEST(Cli, TraceHasEveryMeasuredStepWithItsPhasesNestedInside) {
+  ScratchDir dir;
+  const auto r = run_process(tiny_run(dir.file("r.json"), {"--strategy", "single,dp", "--trace", dir.path()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json trace = json::parse(read_text(dir.file("ddpbench-rank0.json")));  // one file for the one rank
+  EXPECT_EQ(trace["distributedInfo"]["rank"], 0);
+  std::vector<json> steps, phases;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    (e["name"] == "step" ? steps : phases).push_back(e);
+  }
+  EXPECT_EQ(steps.size(), 2u * 2u * 2u);  // 2 cases x 2 repetitions x 2 measured steps
+  std::set<std::string> names;
+  for (const auto& p : phases) {
+    names.insert(p["name"].get<std::string>());
+    // Each phase lies inside the step of the same case, repetition and step number.
+    bool inside = false;
+    for (const auto& s : steps) {
+      if (s["args"] == p["args"] && s["tid"] == p["tid"] && s["ts"].get<long>() <= p["ts"].get<long>() &&
+          p["ts"].get<long>() + p["dur"].get<long>() <= s["ts"].get<long>() + s["dur"].get<long>() + 1) {
+        inside = true;
+      }
+    }
+    EXPECT_TRUE(inside) << p.dump();
+  }
+  for (const char* n : {"data", "forward", "backward", "optimizer", "replicate", "scatter", "gather_loss", "reduce"}) {
+    EXPECT_TRUE(names.count(n)) << n;
   }
 }
 
