@@ -49,8 +49,10 @@ class ScratchDir {
 };
 
 // fork+exec of `args` (no shell); stdout and stderr go to files in `scratch`, read back at the end.
-// If kill_after_ms > 0 the child is sent SIGKILL after that long (if still running).
-inline ProcessResult run_process(const std::vector<std::string>& args, int kill_after_ms = 0) {
+// If kill_after_ms > 0 the child is sent SIGKILL after that long (if still running). `env` is set
+// in the child only.
+inline ProcessResult run_process(const std::vector<std::string>& args, int kill_after_ms = 0,
+                                 const std::vector<std::pair<std::string, std::string>>& env = {}) {
   ScratchDir scratch;
   const std::string out_path = scratch.file("stdout"), err_path = scratch.file("stderr");
   const pid_t pid = ::fork();
@@ -59,6 +61,7 @@ inline ProcessResult run_process(const std::vector<std::string>& args, int kill_
     const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(out, 1);
     ::dup2(err, 2);
+    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);

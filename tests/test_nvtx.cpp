@@ -1,0 +1,95 @@
+// NVTX ranges as a profiler sees them, per strategy, through the injection library above.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "test_support.h"
+
+namespace ddpbench {
+namespace {
+
+using testing::ddpbench_args;
+using testing::read_text;
+using testing::run_process;
+using testing::ScratchDir;
+
+struct Ranges {
+  std::set<std::string> outer;                 // names pushed with nothing open on that thread
+  std::set<std::string> inside_step;           // names pushed directly inside a "step" range
+  std::set<std::string> domains;
+  int pushes = 0;
+  std::vector<std::string> problems;
+};
+
+Ranges parse(const std::string& log) {
+  Ranges r;
+  std::map<std::string, std::vector<std::string>> stacks;  // per thread
+  std::istringstream in(log);
+  std::string op, domain, thread, name;
+  while (in >> op >> domain >> thread) {
+    r.domains.insert(domain);
+    auto& stack = stacks[thread];
+    if (op == "push") {
+      in >> name;
+      ++r.pushes;
+      (stack.empty() ? r.outer : stack.back() == "step" ? r.inside_step : r.outer).insert(name);
+      if (!stack.empty() && stack.back() != "step") r.problems.push_back(name + " nested in " + stack.back());
+      stack.push_back(name);
+    } else if (stack.empty()) {
+      r.problems.push_back("pop without push on thread " + thread);
+    } else {
+      stack.pop_back();
+    }
+  }
+  for (const auto& [thread, stack] : stacks) {
+    if (!stack.empty()) r.problems.push_back(std::to_string(stack.size()) + " ranges left open");
+  }
+  return r;
+}
+
+struct Expectation {
+  std::string strategy;
+  std::set<std::string> phases;
+};
+
+class NvtxRanges : public ::testing::TestWithParam<Expectation> {};
+
+TEST_P(NvtxRanges, EveryStepHoldsItsNamedPhases) {
+#ifndef DDPBENCH_NVTX_RECORDER
+  GTEST_SKIP() << "built without the NVTX headers: the ranges compile to nothing";
+#else
+  ScratchDir dir;
+  const std::string log = dir.file("nvtx.log");
+  const auto r = run_process(ddpbench_args({"--device", "cpu", "--strategy", GetParam().strategy, "--steps", "2",
+                                            "--warmup", "1", "--repetitions", "1", "--batch", "8",
+                                            "--dataset-size", "16", "--no-json"}),
+                             0, {{"NVTX_INJECTION64_PATH", DDPBENCH_NVTX_RECORDER}, {"DDPBENCH_NVTX_LOG", log}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Ranges ranges = parse(read_text(log));
+  EXPECT_TRUE(ranges.problems.empty()) << ranges.problems.front();
+  EXPECT_EQ(ranges.domains, std::set<std::string>{"ddpbench"});
+  // Only steps stand alone; every phase is inside one.
+  EXPECT_EQ(ranges.outer, std::set<std::string>{"step"});
+  EXPECT_EQ(ranges.inside_step, GetParam().phases);
+  // parity (3 steps + reference) + warm-up 1 + measured 2: at least 6 steps recorded.
+  EXPECT_GE(ranges.pushes, 6);
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    PerStrategy, NvtxRanges,
+    ::testing::Values(Expectation{"single", {"data", "forward", "backward", "optimizer"}},
+                      Expectation{"dp", {"data", "replicate", "scatter", "forward", "gather_loss", "backward", "reduce",
+                                         "optimizer"}},
+                      Expectation{"dp-loss-in-model", {"data", "replicate", "scatter", "forward", "gather_loss",
+                                                       "backward", "reduce", "optimizer"}}),
+    [](const auto& info) {
+      std::string n = info.param.strategy;
+      std::replace(n.begin(), n.end(), '-', '_');
+      return n;
+    });
+
+}  // namespace
+}  // namespace ddpbench
