@@ -52,6 +52,14 @@ TEST_P(EveryStrategy, RunsOrSaysWhyNotOnEveryWorkload) {
       EXPECT_TRUE(c.parity->within_tolerance) << "max relative difference " << c.parity->max_rel_param_diff;
     }
     EXPECT_FALSE(c.phases_used.empty()) << "a strategy must mark its phases";
+    // The marked phases cover the step: what is left (loop, sync, unmarked work) stays small.
+    for (const auto& r : c.repetitions) {
+      double marked = 0;
+      for (double p : r.phase_seconds) marked += p;
+      const double step = r.mean_step_seconds();
+      EXPECT_LE(marked, step * 1.001) << "phases overlap or are counted twice";
+      EXPECT_GE(marked, step * 0.9) << "more than 10% of the step is in no phase";
+    }
   }
 }
 
