@@ -48,15 +48,19 @@ class Comparison:
         return any(c.verdict in ("slower", "failed") for c in self.cases)
 
 
+_TO_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
 def _samples(doc):
-    """{case: (status, [per-repetition mean step ms])} from the iteration entries."""
+    """{case: (status, [per-repetition time in ms])} from the iteration entries (ddpbench runs and
+    ddpbench-micro's Google Benchmark files alike)."""
     out = {}
     for b in doc["benchmarks"]:
         name = b["run_name"] if "run_name" in b else b["name"]
-        status = b["ddpbench"].get("status", "ok")
+        status = b.get("ddpbench", {}).get("status", "failed" if b.get("error_occurred") else "ok")
         entry = out.setdefault(name, (status, []))
         if b["run_type"] == "iteration" and not b.get("error_occurred"):
-            entry[1].append(float(b["real_time"]))
+            entry[1].append(float(b["real_time"]) * _TO_MS[b.get("time_unit", "ms")])
     return out
 
 

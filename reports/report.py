@@ -255,8 +255,56 @@ def render_html(docs, cases, charts):
     return "\n".join(parts)
 
 
+def _micro_family(name):
+    return name.split("/")[0]
+
+
+def chart_micro(micro_docs, out_dir):
+    """Bandwidth against message size per ddpbench-micro family (median over repetitions)."""
+    series = OrderedDict()
+    for _, doc in micro_docs:
+        for b in doc["benchmarks"]:
+            if b["run_type"] != "iteration" or "bytes" not in b:
+                continue
+            rate = b.get("busbw", b.get("bytes_per_second"))
+            if rate is None:
+                continue
+            series.setdefault(_micro_family(b["name"]), OrderedDict()).setdefault(b["bytes"], []).append(rate)
+    series = OrderedDict((k, v) for k, v in series.items() if len(v) > 1)  # sweeps only
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for family, points in series.items():
+        sizes = sorted(points)
+        ax.plot(sizes, [stats.median(points[s]) / 1e9 for s in sizes], marker="o", label=family)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("GB/s (busbw for all-reduce, else bytes/s)")
+    ax.set_title("Micro-benchmarks: the ceilings of communication")
+    ax.legend(fontsize=8)
+    return _save(fig, out_dir, "micro.png")
+
+
+def render_micro_tables(micro_docs):
+    e = html.escape
+    parts = []
+    for source, doc in micro_docs:
+        rows = []
+        for b in doc["benchmarks"]:
+            if b["run_type"] == "iteration":
+                rate = b.get("busbw", b.get("bytes_per_second"))
+                rows.append([b["name"], b.get("bytes", "-"), f"{b['real_time']:.0f} {b.get('time_unit', '')}",
+                             f"{rate / 1e9:.3f}" if rate else "-"])
+        parts.append(f"<h2>Micro-benchmarks: {e(source)}</h2>" +
+                     _table(["benchmark", "bytes", "time", "GB/s"], rows))
+    return "\n".join(parts)
+
+
 def write_report(paths, out_dir):
-    docs = [(os.path.basename(p), results.load(p)) for p in paths]
+    loaded = [(os.path.basename(p), results.load(p)) for p in paths]
+    docs = [(s, d) for s, d in loaded if not results.is_micro(d)]
+    micro_docs = [(s, d) for s, d in loaded if results.is_micro(d)]
     os.makedirs(out_dir, exist_ok=True)
     cases = collect_cases(docs)
     charts = []
@@ -264,7 +312,12 @@ def write_report(paths, out_dir):
         path = fn(cases, out_dir)
         if path:
             charts.append((title, path))
+    micro_chart = chart_micro(micro_docs, out_dir)
+    if micro_chart:
+        charts.append(("Micro-benchmarks", micro_chart))
     page = render_html(docs, cases, charts)
+    if micro_docs:
+        page = page.replace("</body></html>", render_micro_tables(micro_docs) + "\n</body></html>")
     index = os.path.join(out_dir, "index.html")
     tmp = index + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:

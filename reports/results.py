@@ -24,10 +24,20 @@ def load(path):
     return validate(doc, path)
 
 
+def is_micro(doc):
+    """A ddpbench-micro file: Google Benchmark's own JSON, marked by a custom context key."""
+    return "ddpbench_micro" in doc["context"]
+
+
 def validate(doc, path="<document>"):
     if not isinstance(doc, dict) or not isinstance(doc.get("context"), dict) or not isinstance(
             doc.get("benchmarks"), list):
         raise ResultsError(f"{path}: not a ddpbench results file (needs a context object and a benchmarks array)")
+    if is_micro(doc):
+        for i, b in enumerate(doc["benchmarks"]):
+            if not isinstance(b, dict) or "name" not in b or "run_type" not in b or "real_time" not in b:
+                raise ResultsError(f"{path}: benchmarks[{i}] lacks name, run_type or real_time")
+        return doc
     version = doc["context"].get("json_schema_version")
     if version not in KNOWN_SCHEMA_VERSIONS:
         raise ResultsError(f"{path}: json_schema_version {version!r} is not one this reader knows "
