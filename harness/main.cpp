@@ -76,6 +76,18 @@ int run(const std::vector<std::string>& args) {
   }
   runner.add_sink(&table);
 
+  // A step that never finishes (a deadlock, a lost peer) ends the run within --timeout: the case is
+  // marked failed, what was measured is in the JSON, and the process exits 1.
+  runner.set_hang_handler([&](const RunRecord& record) {
+    std::string what = record.interruption;
+    for (const auto& c : record.cases) {
+      if (c.status == CaseStatus::Failed && c.reason.rfind("timed out", 0) == 0) what = c.spec.name() + ": " + c.reason;
+    }
+    std::fprintf(stderr, "ddpbench: error: %s%s\n", what.c_str(),
+                 cmd.json_path ? ("; results so far in " + *cmd.json_path).c_str() : "");
+    std::fflush(stdout);
+    std::_Exit(1);
+  });
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   const RunRecord record = runner.run();

@@ -8,11 +8,15 @@
 #include <cmath>
 #include <ctime>
 #include <new>
+#include <sstream>
+#include <optional>
+#include <thread>
 
 #include "harness/counting_allocator.h"
 #include "harness/errors.h"
 #include "harness/stats.h"
 #include "harness/torch_compat.h"
+#include "harness/watchdog.h"
 
 namespace ddpbench {
 namespace {
@@ -23,6 +27,14 @@ std::atomic<bool> g_stop_requested{false};
 struct StopRequested : std::runtime_error {
   StopRequested() : std::runtime_error("interrupted") {}
 };
+
+// Fault injection for the tests: DDPBENCH_FAULT_HANG=<case name> makes the first measured step of
+// that case hang, so the --timeout watchdog can be tested end to end. Unset, it costs one getenv
+// per repetition.
+bool should_hang(const std::string& case_name) {
+  const char* target = std::getenv("DDPBENCH_FAULT_HANG");
+  return target != nullptr && case_name == target;
+}
 
 double process_cpu_seconds() {
   timespec ts{};
@@ -184,6 +196,7 @@ Runner::Reference Runner::train_untimed(const CaseSpec& spec, int steps) {
     auto loss = strategy->step(loader.next(), phases);
     phases.end_step();
     out.final_loss = loss.item<double>();
+    progress();
   }
   CpuMemoryCounter::DeviceScope host(CpuMemoryCounter::kHost);
   for (const auto& p : strategy->trained_parameters()) out.parameters.push_back(p.detach().to(torch::kCPU).clone());
@@ -241,8 +254,10 @@ RepetitionRecord Runner::run_repetition(const CaseRecord& record, int index) {
   const std::string name = spec.name();
   torch::Tensor loss;
 
+  const bool hang = should_hang(name);
   auto one_step = [&] {
     if (stop_requested()) throw StopRequested();
+    progress();
     phases.begin_step();
     Batch batch;
     {
@@ -268,6 +283,7 @@ RepetitionRecord Runner::run_repetition(const CaseRecord& record, int index) {
   for (int i = 0; i < options_.steps; ++i) {
     phases.set_step(options_.warmup + i);
     const auto start = std::chrono::steady_clock::now();
+    while (hang) std::this_thread::sleep_for(std::chrono::seconds(1));  // injected fault
     one_step();
     const auto stop = std::chrono::steady_clock::now();
     rep.step_seconds.push_back(std::chrono::duration<double>(stop - start).count());
@@ -296,34 +312,87 @@ void Runner::notify_update() {
   for (auto* sink : sinks_) sink->on_update(record_);
 }
 
+void Runner::progress() {
+  if (watchdog_) watchdog_->kick();
+}
+
+void Runner::handle_hang() {
+  std::ostringstream seconds;
+  seconds << options_.timeout_seconds;
+  const std::string reason = "timed out: no step finished within " + seconds.str() + " s (--timeout)";
+  // The main thread is stuck inside a step and holds no lock; if it does hold it, it is not stuck
+  // in a step, and the last complete JSON stays as it is.
+  std::unique_lock<std::timed_mutex> lock(record_mutex_, std::chrono::seconds(2));
+  if (lock.owns_lock()) {
+    const int current = current_case_.load();
+    if (current >= 0) {
+      auto& c = record_.cases[static_cast<size_t>(current)];
+      c.status = CaseStatus::Failed;
+      c.reason = reason;
+    }
+    record_.interruption = "stopped by the --timeout watchdog; measured repetitions are kept";
+    record_.complete = false;
+    notify_update();
+    for (auto* sink : sinks_) sink->on_finish(record_);
+  }
+  if (on_hang_) on_hang_(record_);
+}
+
 RunRecord Runner::run() {
   CpuMemoryCounter::install();
   at::set_num_threads(devices_.threads_per_device());
-  record_.cases = plan_cases();
-  record_.complete = false;
-  notify_update();
+  {
+    std::lock_guard<std::timed_mutex> lock(record_mutex_);
+    record_.cases = plan_cases();
+    record_.complete = false;
+    notify_update();
+  }
+  std::optional<StepWatchdog> watchdog;
+  if (on_hang_) {
+    watchdog.emplace(std::chrono::duration<double>(options_.timeout_seconds), [this] { handle_hang(); });
+    watchdog_ = &*watchdog;
+    watchdog->arm();
+  }
 
   try {
-    for (auto& c : record_.cases) {
-      if (c.status != CaseStatus::Ok) continue;
+    for (size_t i = 0; i < record_.cases.size(); ++i) {
+      if (record_.cases[i].status != CaseStatus::Ok) continue;
+      current_case_ = static_cast<int>(i);
+      progress();
+      CaseRecord updated = record_.cases[i];  // worked on outside the lock
       try {
-        check_parity(c);
+        check_parity(updated);
       } catch (const StopRequested&) {
         throw;
       } catch (const std::exception& e) {
-        finish_case_error(c, e);
+        finish_case_error(updated, e);
       }
+      std::lock_guard<std::timed_mutex> lock(record_mutex_);
+      record_.cases[i] = updated;
       notify_update();
     }
     for (int rep = 0; rep < options_.repetitions; ++rep) {
-      for (auto& c : record_.cases) {
-        if (c.status != CaseStatus::Ok) continue;
+      for (size_t i = 0; i < record_.cases.size(); ++i) {
+        if (record_.cases[i].status != CaseStatus::Ok) continue;
+        current_case_ = static_cast<int>(i);
+        progress();
+        std::optional<RepetitionRecord> measured;
+        CaseRecord failed = record_.cases[i];
+        bool ok = true;
         try {
-          c.repetitions.push_back(run_repetition(c, rep));
+          measured = run_repetition(record_.cases[i], rep);
         } catch (const StopRequested&) {
           throw;
         } catch (const std::exception& e) {
-          finish_case_error(c, e);
+          finish_case_error(failed, e);
+          ok = false;
+        }
+        std::lock_guard<std::timed_mutex> lock(record_mutex_);
+        if (ok) {
+          record_.cases[i].repetitions.push_back(std::move(*measured));
+        } else {
+          record_.cases[i].status = failed.status;
+          record_.cases[i].reason = failed.reason;
         }
         notify_update();
       }
@@ -331,6 +400,10 @@ RunRecord Runner::run() {
   } catch (const StopRequested&) {
     record_.interruption = "interrupted by a signal; measured repetitions are kept";
   }
+  current_case_ = -1;
+  if (watchdog) watchdog->disarm();
+  watchdog_ = nullptr;
+  std::lock_guard<std::timed_mutex> lock(record_mutex_);
 
   // scaling efficiency = throughput(N) / (N x throughput(single)), where single ran on this workload.
   for (auto& c : record_.cases) {

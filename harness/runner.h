@@ -3,6 +3,8 @@
 // parity against `single`, then runs warm-up and measured steps for every case, repetitions
 // interleaved across cases so that drift of the machine hits every case alike.
 #include <atomic>
+#include <functional>
+#include <mutex>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -55,6 +57,10 @@ class Runner {
   void validate() const;
   RunRecord run();
 
+  // Called (on the watchdog's thread) when no step finished within --timeout, after the current
+  // case was marked failed and the sinks were given the record; main decides how to end.
+  void set_hang_handler(std::function<void(const RunRecord&)> handler) { on_hang_ = std::move(handler); }
+
   // Asks a running run to stop at the next step boundary (async-signal-safe).
   static void request_stop();
   static bool stop_requested();
@@ -74,6 +80,8 @@ class Runner {
   RepetitionRecord run_repetition(const CaseRecord& record, int index);
   void finish_case_error(CaseRecord& record, const std::exception& error);
   void notify_update();
+  void handle_hang();
+  void progress();  // a step finished: the watchdog's clock restarts
 
   RunnerOptions options_;
   DeviceSet devices_;
@@ -81,6 +89,11 @@ class Runner {
   std::vector<ResultSink*> sinks_;
   std::map<std::string, Dataset> datasets_;
   std::map<std::string, Reference> references_;
+  // Guards record_ against the watchdog's thread; never held while a step runs.
+  std::timed_mutex record_mutex_;
+  std::atomic<int> current_case_{-1};
+  std::function<void(const RunRecord&)> on_hang_;
+  class StepWatchdog* watchdog_ = nullptr;
 };
 
 }  // namespace ddpbench
