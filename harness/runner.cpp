@@ -181,14 +181,24 @@ const Dataset& Runner::dataset_for(const Workload& workload, std::int64_t global
   return it->second;
 }
 
+std::unique_ptr<Strategy> Runner::start_strategy(const CaseSpec& spec, OptimizerFactory optimizer) {
+  const auto& workload = WorkloadRegistry::instance().get(spec.workload);
+  torch::manual_seed(options_.seed);  // the same initial weights for every strategy and repetition
+  auto strategy = StrategyRegistry::instance().get(spec.strategy).create();
+  strategy->setup({workload, spec, devices_, workload.make_model(), std::move(optimizer)});
+  return strategy;
+}
+
+BatchLoader Runner::make_loader(const Dataset& dataset, const CaseSpec& spec, const Strategy& strategy) const {
+  return BatchLoader(dataset, EpochSampler(dataset.size(), spec.global_batch, options_.seed, strategy.data_shard()),
+                     options_.loader);
+}
+
 Runner::Reference Runner::train_untimed(const CaseSpec& spec, int steps) {
   const auto& workload = WorkloadRegistry::instance().get(spec.workload);
   const auto& dataset = dataset_for(workload, spec.global_batch);
-  torch::manual_seed(options_.seed);  // the same initial weights for every strategy
-  auto strategy = StrategyRegistry::instance().get(spec.strategy).create();
-  strategy->setup({workload, spec, devices_, workload.make_model(), parity_optimizer(workload)});
-  BatchLoader loader(dataset, EpochSampler(dataset.size(), spec.global_batch, options_.seed, strategy->data_shard()),
-                     options_.loader);
+  auto strategy = start_strategy(spec, parity_optimizer(workload));
+  BatchLoader loader = make_loader(dataset, spec, *strategy);
   PhaseRecorder phases;
   Reference out;
   for (int i = 0; i < steps; ++i) {
@@ -240,11 +250,8 @@ RepetitionRecord Runner::run_repetition(const CaseRecord& record, int index) {
   const auto& workload = WorkloadRegistry::instance().get(spec.workload);
   const auto& dataset = dataset_for(workload, spec.global_batch);
 
-  torch::manual_seed(options_.seed);
-  auto strategy = StrategyRegistry::instance().get(spec.strategy).create();
-  strategy->setup({workload, spec, devices_, workload.make_model(), training_optimizer(workload)});
-  BatchLoader loader(dataset, EpochSampler(dataset.size(), spec.global_batch, options_.seed, strategy->data_shard()),
-                     options_.loader);
+  auto strategy = start_strategy(spec, training_optimizer(workload));
+  BatchLoader loader = make_loader(dataset, spec, *strategy);
   MemoryProbe memory(devices_, spec.world_size);
   PhaseRecorder phases;
 

@@ -74,6 +74,9 @@ class Runner {
   std::vector<CaseRecord> plan_cases() const;
   std::int64_t global_batch_for(const Workload& workload) const;
   const Dataset& dataset_for(const Workload& workload, std::int64_t global_batch);
+  // A strategy set up for `spec` from the run's seed, and the loader of its shard of the data.
+  std::unique_ptr<Strategy> start_strategy(const CaseSpec& spec, OptimizerFactory optimizer);
+  BatchLoader make_loader(const Dataset& dataset, const CaseSpec& spec, const Strategy& strategy) const;
   // Trains `steps` steps without timing; returns trained parameters (CPU copies) and the last loss.
   Reference train_untimed(const CaseSpec& spec, int steps);
   void check_parity(CaseRecord& record);
