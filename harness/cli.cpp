@@ -131,6 +131,14 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       ->capture_default_str();
   app.add_option("--max-cv", max_cv, "mark a case noisy when its repetitions vary more (0.05 = 5%)")
       ->capture_default_str();
+  std::string bucket_mb = "25", checkpoint, checkpoint_every;
+  bool no_overlap = false, grad_as_bucket_view = false, sync_bn = false;
+  app.add_option("--bucket-mb", bucket_mb, "ddp: largest gradient bucket, in MiB")->capture_default_str();
+  app.add_flag("--no-overlap", no_overlap, "ddp: all-reduce after backward instead of during it (the naive baseline)");
+  app.add_flag("--grad-as-bucket-view", grad_as_bucket_view, "ddp: gradients live in the buckets (no copies)");
+  app.add_flag("--sync-bn", sync_bn, "ddp: BatchNorm statistics over the global batch (SyncBatchNorm)");
+  app.add_option("--checkpoint", checkpoint, "ddp: rank 0 saves the model here (loadable by torch::load)");
+  app.add_option("--checkpoint-every", checkpoint_every, "ddp: save every K steps (default: once per repetition)");
   std::string trace_dir;
   app.add_option("--trace", trace_dir, "write a Chrome trace-event file per rank into this directory");
   app.add_flag("--list", list, "list every strategy and workload, one line each");
@@ -180,12 +188,76 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   r.parity_tolerance = parse_fraction("--parity-tolerance", parity_tolerance);
   r.max_cv = parse_fraction("--max-cv", max_cv);
   if (!trace_dir.empty()) cmd.trace_dir = trace_dir;
+
+  auto& ddp = r.strategy.ddp;
+  errno = 0;
+  char* end = nullptr;
+  ddp.bucket_mb = std::strtod(bucket_mb.c_str(), &end);
+  if (bucket_mb.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(ddp.bucket_mb) || ddp.bucket_mb <= 0) {
+    throw UsageError("--bucket-mb: '" + bucket_mb + "' is not a positive number of MiB");
+  }
+  ddp.overlap = !no_overlap;
+  ddp.grad_as_bucket_view = grad_as_bucket_view;
+  ddp.sync_bn = sync_bn;
+  ddp.checkpoint_path = checkpoint;
+  if (!checkpoint_every.empty()) {
+    if (checkpoint.empty()) throw UsageError("--checkpoint-every: needs --checkpoint PATH");
+    ddp.checkpoint_every = static_cast<int>(parse_count("--checkpoint-every", checkpoint_every, 1, 1000000));
+  }
+  const bool runs_ddp = std::find(r.strategies.begin(), r.strategies.end(), "ddp") != r.strategies.end();
+  const std::vector<std::pair<const char*, bool>> ddp_flags = {{"--bucket-mb", app.count("--bucket-mb") > 0},
+                                                              {"--no-overlap", no_overlap},
+                                                              {"--grad-as-bucket-view", grad_as_bucket_view},
+                                                              {"--sync-bn", sync_bn},
+                                                              {"--checkpoint", !checkpoint.empty()}};
+  for (const auto& [flag, given] : ddp_flags) {
+    if (given && !runs_ddp) throw UsageError(std::string(flag) + ": applies to ddp only, which --strategy does not include");
+  }
+  if (sync_bn) {
+    bool any = false;
+    for (const auto& w : r.workloads) any = any || WorkloadRegistry::instance().get(w).has_batch_norm();
+    if (!any) throw UsageError("--sync-bn: no selected workload has BatchNorm (convnet has)");
+  }
   if (no_json) {
     cmd.json_path.reset();
   } else {
     cmd.json_path = json;
   }
   return cmd;
+}
+
+std::vector<std::string> rank_command_line(const RunnerOptions& options, const DeviceSet& devices,
+                                           const std::string& workload, const std::string& strategy) {
+  std::ostringstream tolerance, cv, timeout, bucket;
+  tolerance << options.parity_tolerance;
+  cv << options.max_cv;
+  timeout << options.timeout_seconds;
+  bucket << options.strategy.ddp.bucket_mb;
+  std::vector<std::string> args = {"--workload", workload, "--strategy", strategy,
+                                   "--device", devices.is_cuda() ? "cuda" : "cpu",
+                                   "--world-size", std::to_string(devices.size()),
+                                   "--threads", std::to_string(devices.threads_per_device()),
+                                   "--steps", std::to_string(options.steps),
+                                   "--warmup", std::to_string(options.warmup),
+                                   "--repetitions", std::to_string(options.repetitions),
+                                   "--seed", std::to_string(options.seed),
+                                   "--timeout", timeout.str(),
+                                   "--loader-workers", std::to_string(options.loader.workers),
+                                   "--parity-steps", std::to_string(options.parity_steps),
+                                   "--parity-tolerance", tolerance.str(),
+                                   "--max-cv", cv.str(),
+                                   "--bucket-mb", bucket.str(),
+                                   "--no-json"};
+  if (options.global_batch) args.insert(args.end(), {"--batch", std::to_string(*options.global_batch)});
+  if (options.dataset_size) args.insert(args.end(), {"--dataset-size", std::to_string(*options.dataset_size)});
+  if (options.loader.pin_memory) args.push_back("--pin-memory");
+  const auto& ddp = options.strategy.ddp;
+  if (!ddp.overlap) args.push_back("--no-overlap");
+  if (ddp.grad_as_bucket_view) args.push_back("--grad-as-bucket-view");
+  if (ddp.sync_bn) args.push_back("--sync-bn");
+  if (!ddp.checkpoint_path.empty()) args.insert(args.end(), {"--checkpoint", ddp.checkpoint_path});
+  if (ddp.checkpoint_every > 0) args.insert(args.end(), {"--checkpoint-every", std::to_string(ddp.checkpoint_every)});
+  return args;
 }
 
 }  // namespace ddpbench

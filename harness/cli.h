@@ -23,6 +23,11 @@ struct CommandLine {
 // `args` includes the program name. Throws UsageError.
 CommandLine parse_command_line(const std::vector<std::string>& args);
 
+// The arguments that make a rank process run `strategy` on `workload` with exactly these options
+// (ddpbench's launcher passes them to the ranks it starts).
+std::vector<std::string> rank_command_line(const RunnerOptions& options, const DeviceSet& devices,
+                                           const std::string& workload, const std::string& strategy);
+
 // Every strategy and workload, one line each.
 std::string list_text();
 

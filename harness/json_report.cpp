@@ -122,6 +122,29 @@ json step_distribution_json(const CaseRecord& c) {
           {"samples", ms.size()}};
 }
 
+json comm_json(const std::optional<CommSummary>& comm) {
+  if (!comm) return nullptr;
+  const auto busbw = bus_bandwidth(*comm);
+  return {{"backend", comm->backend},
+          {"bytes_per_step", comm->bytes_per_step},
+          {"buckets", comm->buckets},
+          {"allreduce_ms", comm->allreduce_seconds_per_step * 1e3},
+          {"busbw_gbps", busbw ? json(*busbw / 1e9) : json(nullptr)}};
+}
+
+json ranks_json(const CaseRecord& c, const RepetitionRecord& r) {
+  json out = json::array();
+  for (const auto& rank : r.ranks) {
+    out.push_back({{"rank", rank.rank},
+                   {"host", rank.host},
+                   {"step_time_ms", rank.mean_step_seconds * 1e3},
+                   {"cpu_time_ms", rank.cpu_seconds / static_cast<double>(std::max<size_t>(1, r.step_seconds.size())) * 1e3},
+                   {"phases_ms", phases_json(c, rank.phase_seconds, rank.mean_step_seconds)},
+                   {"peak_rss_bytes", optional_json(rank.peak_rss_bytes)}});
+  }
+  return out;
+}
+
 json case_fields(const CaseRecord& c) {
   json f = {{"workload", c.spec.workload},
             {"strategy", c.spec.strategy},
@@ -192,6 +215,11 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     f["peak_rss_bytes"] = optional_json(r.peak_rss_bytes);
     f["first_loss"] = r.first_loss;
     f["final_loss"] = r.final_loss;
+    if (r.comm) f["comm"] = comm_json(r.comm);
+    if (!r.ranks.empty()) {
+      f["ranks"] = ranks_json(c, r);
+      f["straggler_spread"] = optional_json(r.straggler_spread());
+    }
     e["ddpbench"] = f;
     benchmarks.push_back(e);
   }
@@ -241,6 +269,20 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     f["memory_imbalance"] = optional_json(memory_imbalance(peak));
     f["scaling_efficiency"] = optional_json(c.scaling_efficiency);
     f["step_time_ms"] = step_distribution_json(c);
+    if (c.repetitions.front().comm) {
+      // The aggregate of the per-repetition all-reduce times; bytes and buckets do not vary.
+      CommSummary comm = *c.repetitions.front().comm;
+      std::vector<double> seconds, spreads;
+      for (const auto& r : c.repetitions) {
+        if (r.comm) seconds.push_back(r.comm->allreduce_seconds_per_step);
+        if (auto spread = r.straggler_spread()) spreads.push_back(*spread);
+      }
+      comm.allreduce_seconds_per_step = a.fn(seconds);
+      f["comm"] = comm_json(comm);
+      // Like real_time in the stddev and cv aggregates, allreduce_ms is then a spread, not a time.
+      if (std::string(a.name) == "stddev" || a.percentage) f["comm"]["busbw_gbps"] = nullptr;
+      if (!spreads.empty()) f["straggler_spread"] = a.fn(spreads);
+    }
     e["ddpbench"] = f;
     benchmarks.push_back(e);
   }

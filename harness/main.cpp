@@ -3,6 +3,12 @@
 //   1  a case failed or ran out of memory, or an unexpected error
 //   2  bad input (flag, value, combination or path): one line on stderr, nothing written
 //   130 interrupted (SIGINT/SIGTERM): measured repetitions are kept in the JSON
+#include <sched.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -13,7 +19,10 @@
 #include "harness/cli.h"
 #include "harness/errors.h"
 #include "harness/json_report.h"
+#include "harness/process_group.h"
 #include "harness/progress.h"
+#include "harness/rank_env.h"
+#include "harness/rank_launcher.h"
 #include "harness/run_context.h"
 #include "harness/runner.h"
 #include "harness/table_report.h"
@@ -32,6 +41,125 @@ std::string describe(const ddpbench::DeviceSet& devices) {
          " intra-op thread(s) each";
 }
 
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
+  return out;
+}
+
+std::string self_executable() {
+  char path[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) throw std::runtime_error("cannot find this executable (/proc/self/exe) to start ranks");
+  return std::string(path, static_cast<size_t>(n));
+}
+
+// A rank shares its host's cores with the other local ranks: it takes its own slice of them, so
+// ranks do not migrate onto each other's cores.
+void pin_to_cores(const ddpbench::RankEnv& env, int threads) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+  }
+  if (static_cast<int>(cores.size()) < env.local_world_size * threads) return;  // oversubscribed: let the OS place
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  for (int i = 0; i < threads; ++i) CPU_SET(cores[static_cast<size_t>(env.local_rank * threads + i)], &mine);
+  sched_setaffinity(0, sizeof(mine), &mine);
+}
+
+// A rank process: started by ddpbench's launcher (one task, result through the store) or by
+// torchrun/Slurm (the whole run; rank 0 prints the table and writes the JSON).
+int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, const std::vector<std::string>& args) {
+  using namespace ddpbench;
+  if (env.launcher_pid != 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);          // never outlive ddpbench's launcher
+    if (getppid() != env.launcher_pid) return 1;  // it is gone already
+  }
+  if (cmd.devices.world_size != 0 && cmd.devices.world_size != env.world_size) {
+    throw UsageError("--world-size " + std::to_string(cmd.devices.world_size) + " disagrees with the launcher's world size " +
+                     std::to_string(env.world_size));
+  }
+  DeviceRequest request = cmd.devices;
+  request.world_size = 0;
+  DeviceSet resolved = resolve_devices(request);
+  const int threads = cmd.devices.threads > 0 ? cmd.devices.threads : std::max(1, available_cpus() / env.local_world_size);
+  const DeviceSet devices(resolved.kind(), env.world_size, threads);
+  pin_to_cores(env, threads);
+
+  const auto timeout = std::chrono::milliseconds(static_cast<long long>(cmd.runner.timeout_seconds * 1000));
+  const char* task_text = std::getenv("DDPBENCH_RANK_TASK");
+  std::unique_ptr<ProcessGroupContext> group;
+  auto report = [&](RankFailureReport::Kind kind, const std::string& reason) {
+    if (!group || task_text == nullptr) return;
+    try {
+      const std::string text = encode_failure({kind, reason.substr(0, reason.find('\n'))});
+      group->store().set(task_keys::error(env.rank), std::vector<uint8_t>(text.begin(), text.end()));
+    } catch (const std::exception&) {
+      // the launcher's store is gone too: the exit code is all that is left
+    }
+  };
+
+  group = ProcessGroupContext::join(env, devices.kind(), timeout);
+  Runner runner(cmd.runner, devices, collect_run_context(args));
+  runner.set_process_group(group.get());
+  runner.validate();
+
+  if (task_text != nullptr) {
+    try {
+      const std::string result = runner.run_rank_task(RankTask::decode(task_text));
+      if (env.rank == 0) group->store().set(task_keys::kResult, std::vector<uint8_t>(result.begin(), result.end()));
+      return 0;
+    } catch (const UsageError& e) {
+      report(RankFailureReport::Kind::Usage, e.what());
+      throw;
+    } catch (const std::exception& e) {
+      // After a failed collective, tearing the process group down can block or crash on work
+      // still in flight: say why, then leave at once.
+      const bool comm = dynamic_cast<const CommFailure*>(&e) != nullptr;
+      report(comm ? RankFailureReport::Kind::Comm : RankFailureReport::Kind::Case, e.what());
+      const std::string what = e.what();
+      std::fprintf(stderr, "ddpbench: error: rank %d: %s\n", env.rank, what.substr(0, what.find('\n')).c_str());
+      std::fflush(stdout);
+      std::_Exit(1);
+    }
+  }
+
+  // torchrun / Slurm: the whole run on every rank; rank 0 alone reports.
+  std::optional<JsonFileSink> json;
+  std::optional<TableSink> table;
+  std::optional<ProgressSink> progress;
+  if (env.rank == 0) {
+    if (cmd.json_path) check_writable_output("--json", *cmd.json_path);
+    std::cout << "ddpbench: rank 0 of " << env.world_size << " (" << env.launcher << " launch, " << group->backend_name()
+              << "), " << threads << " intra-op thread(s) per rank\n"
+              << std::flush;
+    progress.emplace(2);
+    runner.add_sink(&*progress);
+    if (cmd.json_path) {
+      json.emplace(*cmd.json_path);
+      runner.add_sink(&*json);
+    }
+    table.emplace(std::cout);
+    runner.add_sink(&*table);
+  }
+  runner.set_hang_handler([&](const RunRecord&) {
+    std::fprintf(stderr, "ddpbench: error: rank %d: no step finished within --timeout\n", env.rank);
+    std::_Exit(1);
+  });
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  const RunRecord record = runner.run();
+  if (env.rank == 0 && cmd.json_path) std::cout << "results: " << *cmd.json_path << '\n';
+  if (!record.interruption.empty()) return 130;
+  for (const auto& c : record.cases) {
+    if (c.status == CaseStatus::Failed || c.status == CaseStatus::Oom) return 1;
+  }
+  return 0;
+}
+
 int run(const std::vector<std::string>& args) {
   using namespace ddpbench;
   const CommandLine cmd = parse_command_line(args);
@@ -44,6 +172,7 @@ int run(const std::vector<std::string>& args) {
     case CommandLine::Action::Run:
       break;
   }
+  if (const auto env = rank_env_from_environment()) return run_as_rank(cmd, *env, args);
 
   const DeviceSet devices = resolve_devices(cmd.devices);
   if (cmd.runner.loader.pin_memory && !devices.is_cuda()) {
@@ -60,6 +189,22 @@ int run(const std::vector<std::string>& args) {
 
   Runner runner(options, devices, collect_run_context(args));
   runner.validate();
+
+  // Multi-process strategies run on ranks this process starts and watches, task by task.
+  std::vector<std::string> multi_process;
+  for (const auto& s : cmd.runner.strategies) {
+    if (StrategyRegistry::instance().get(s).multi_process) multi_process.push_back(s);
+  }
+  std::optional<RankLauncher> launcher;
+  if (!multi_process.empty()) {
+    RankLaunchOptions launch;
+    launch.executable = self_executable();
+    launch.args = rank_command_line(cmd.runner, devices, join(cmd.runner.workloads), join(multi_process));
+    launch.world_size = devices.size();
+    launch.timeout = std::chrono::milliseconds(static_cast<long long>(cmd.runner.timeout_seconds * 1000));
+    launcher.emplace(launch);
+    runner.set_rank_launcher(&*launcher);
+  }
 
   std::cout << "ddpbench: " << cmd.runner.workloads.size() << " workload(s) x " << cmd.runner.strategies.size()
             << " strategy(ies) on " << describe(devices) << "; " << cmd.runner.repetitions << " repetition(s) of "
@@ -95,10 +240,14 @@ int run(const std::vector<std::string>& args) {
   if (trace) std::cout << "trace: " << trace->write(*cmd.trace_dir) << '\n';
 
   if (!record.interruption.empty()) return 130;
+  int code = 0;
   for (const auto& c : record.cases) {
-    if (c.status == CaseStatus::Failed || c.status == CaseStatus::Oom) return 1;
+    if (c.status == CaseStatus::Failed || c.status == CaseStatus::Oom) {
+      std::fprintf(stderr, "ddpbench: error: %s %s: %s\n", c.spec.name().c_str(), to_string(c.status), c.reason.c_str());
+      code = 1;
+    }
   }
-  return 0;
+  return code;
 }
 
 }  // namespace

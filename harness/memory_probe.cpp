@@ -8,12 +8,12 @@
 
 namespace ddpbench {
 
-MemoryProbe::MemoryProbe(const DeviceSet& devices, int devices_used)
-    : devices_(devices), devices_used_(devices_used) {}
+MemoryProbe::MemoryProbe(const DeviceSet& devices, int devices_used, int first_cuda_device)
+    : devices_(devices), devices_used_(devices_used), first_cuda_device_(first_cuda_device) {}
 
 void MemoryProbe::reset() {
   if (devices_.is_cuda()) {
-    for (int d = 0; d < devices_used_; ++d) compat::cuda_reset_peak_memory(d);
+    for (int d = 0; d < devices_used_; ++d) compat::cuda_reset_peak_memory(first_cuda_device_ + d);
   } else {
     CpuMemoryCounter::reset_peaks();
   }
@@ -29,7 +29,8 @@ std::vector<DeviceMemory> MemoryProbe::read() const {
     m.device = d;
     m.kind = devices_.kind();
     if (devices_.is_cuda()) {
-      const auto peak = compat::cuda_peak_memory(d);
+      m.device = first_cuda_device_ + d;
+      const auto peak = compat::cuda_peak_memory(m.device);
       m.peak_allocated_bytes = peak.peak_allocated_bytes;
       m.peak_reserved_bytes = peak.peak_reserved_bytes;
     } else if (CpuMemoryCounter::installed()) {

@@ -18,7 +18,9 @@ struct DeviceMemory {
 
 class MemoryProbe {
  public:
-  MemoryProbe(const DeviceSet& devices, int devices_used);
+  // Devices [first_cuda_device, first_cuda_device + devices_used) on CUDA (a rank probes its own);
+  // on CPU the virtual devices 0.. of this process.
+  MemoryProbe(const DeviceSet& devices, int devices_used, int first_cuda_device = 0);
   // Starts a window: peaks restart from what is held now.
   void reset();
   std::vector<DeviceMemory> read() const;
@@ -28,6 +30,7 @@ class MemoryProbe {
  private:
   const DeviceSet& devices_;
   int devices_used_;
+  int first_cuda_device_;
 };
 
 // peak(device 0) / mean(peak of the others); none with fewer than two devices or no figures.

@@ -19,6 +19,7 @@ const char* phase_name(Phase phase) {
     case Phase::Reduce: return "reduce";
     case Phase::CommExposed: return "comm_exposed";
     case Phase::Optimizer: return "optimizer";
+    case Phase::Checkpoint: return "checkpoint";
     case Phase::kCount: break;
   }
   return "unknown";

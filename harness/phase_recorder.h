@@ -20,6 +20,7 @@ enum class Phase : int {
   Reduce,
   CommExposed,
   Optimizer,
+  Checkpoint,
   kCount
 };
 constexpr int kPhaseCount = static_cast<int>(Phase::kCount);

@@ -16,6 +16,17 @@ namespace ddpbench {
 enum class CaseStatus { Ok, Skipped, Failed, Oom };
 const char* to_string(CaseStatus status);
 
+// One rank's own figures in a repetition of a multi-process case, gathered to rank 0.
+struct RankRecord {
+  int rank = 0;
+  std::string host;
+  double mean_step_seconds = 0;
+  PhaseSeconds phase_seconds{};       // mean per step
+  double cpu_seconds = 0;
+  std::optional<std::int64_t> peak_rss_bytes;
+  std::vector<DeviceMemory> memory;   // this rank's device(s)
+};
+
 struct RepetitionRecord {
   int index = 0;
   std::vector<double> step_seconds;   // every measured step
@@ -25,9 +36,18 @@ struct RepetitionRecord {
   std::optional<std::int64_t> peak_rss_bytes;
   double first_loss = 0;              // loss of the first and last measured steps
   double final_loss = 0;
+  std::vector<RankRecord> ranks;      // multi-process cases: every rank, rank 0 first
+  std::optional<CommSummary> comm;    // strategies that all-reduce: rank 0's communication
 
   double mean_step_seconds() const;
+  // Slowest rank over the median rank, by the time each spent on its own work per step (step
+  // minus exposed communication, which is where a fast rank waits for a slow one); none with
+  // fewer than two ranks.
+  std::optional<double> straggler_spread() const;
 };
+
+// nccl-tests' bus bandwidth of the gradient all-reduce: bytes x 2(n-1)/n / time, in bytes/s.
+std::optional<double> bus_bandwidth(const CommSummary& comm);
 
 struct ParityRecord {
   int steps = 0;

@@ -12,7 +12,14 @@
 #include <optional>
 #include <thread>
 
+#include <csignal>
+
+#include <unistd.h>
+
 #include "harness/counting_allocator.h"
+#include "harness/process_group.h"
+#include "harness/rank_launcher.h"
+#include "harness/record_codec.h"
 #include "harness/errors.h"
 #include "harness/stats.h"
 #include "harness/torch_compat.h"
@@ -24,9 +31,16 @@ namespace {
 std::atomic<bool> g_stop_requested{false};
 
 // Raised at a step boundary after request_stop(); ends the run, keeping what was measured.
-struct StopRequested : std::runtime_error {
-  StopRequested() : std::runtime_error("interrupted") {}
-};
+using StopRequested = RunInterrupted;
+
+std::string host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+std::string as_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::vector<uint8_t> as_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
 // Fault injection for the tests: DDPBENCH_FAULT_HANG=<case name> makes the first measured step of
 // that case hang, so the --timeout watchdog can be tested end to end. Unset, it costs one getenv
@@ -34,6 +48,18 @@ struct StopRequested : std::runtime_error {
 bool should_hang(const std::string& case_name) {
   const char* target = std::getenv("DDPBENCH_FAULT_HANG");
   return target != nullptr && case_name == target;
+}
+
+// DDPBENCH_FAULT_RANK=<rank>:kill or <rank>:hang: that rank of a multi-process case SIGKILLs itself,
+// or stops making progress, at its first measured step, so the launcher's fault handling can be
+// tested end to end with real processes.
+std::string rank_fault(const ProcessGroupContext* group) {
+  const char* spec = std::getenv("DDPBENCH_FAULT_RANK");
+  if (group == nullptr || spec == nullptr) return {};
+  const std::string s = spec;
+  const auto colon = s.find(':');
+  if (colon == std::string::npos || s.substr(0, colon) != std::to_string(group->rank())) return {};
+  return s.substr(colon + 1);
 }
 
 double process_cpu_seconds() {
@@ -86,6 +112,23 @@ const char* to_string(CaseStatus status) {
 
 double RepetitionRecord::mean_step_seconds() const { return stats::mean(step_seconds); }
 
+std::optional<double> RepetitionRecord::straggler_spread() const {
+  if (ranks.size() < 2) return std::nullopt;
+  std::vector<double> own_work;
+  for (const auto& r : ranks) {
+    own_work.push_back(r.mean_step_seconds - r.phase_seconds[static_cast<int>(Phase::CommExposed)]);
+  }
+  const double median = stats::median(own_work);
+  if (median <= 0) return std::nullopt;
+  return *std::max_element(own_work.begin(), own_work.end()) / median;
+}
+
+std::optional<double> bus_bandwidth(const CommSummary& comm) {
+  if (comm.allreduce_seconds_per_step <= 0 || comm.world_size < 2) return std::nullopt;
+  const double n = comm.world_size;
+  return static_cast<double>(comm.bytes_per_step) * 2 * (n - 1) / n / comm.allreduce_seconds_per_step;
+}
+
 double CaseRecord::median_step_seconds() const {
   std::vector<double> means;
   for (const auto& r : repetitions) means.push_back(r.mean_step_seconds());
@@ -96,6 +139,28 @@ double CaseRecord::median_items_per_second() const {
   std::vector<double> rates;
   for (const auto& r : repetitions) rates.push_back(static_cast<double>(spec.global_batch) / r.mean_step_seconds());
   return stats::median(rates);
+}
+
+std::string RankTask::encode() const {
+  return (kind == Kind::Parity ? "parity " : "repetition " + std::to_string(repetition) + " ") + case_name;
+}
+
+RankTask RankTask::decode(const std::string& text) {
+  RankTask task;
+  std::istringstream in(text);
+  std::string kind;
+  in >> kind;
+  if (kind == "repetition") {
+    task.kind = Kind::Repetition;
+    in >> task.repetition;
+  } else if (kind != "parity") {
+    throw UsageError("DDPBENCH_RANK_TASK=" + text + ": expected 'parity CASE' or 'repetition N CASE'");
+  }
+  in >> task.case_name;
+  if (!in || task.case_name.empty()) {
+    throw UsageError("DDPBENCH_RANK_TASK=" + text + ": expected 'parity CASE' or 'repetition N CASE'");
+  }
+  return task;
 }
 
 void Runner::request_stop() { g_stop_requested.store(true); }
@@ -154,6 +219,11 @@ std::vector<CaseRecord> Runner::plan_cases() const {
       c.spec.workload = w;
       c.spec.strategy = s;
       c.spec.world_size = info.uses_all_devices ? devices_.size() : 1;
+      if (group_ && !info.multi_process) {
+        c.status = CaseStatus::Skipped;
+        c.reason = "this process is rank " + std::to_string(group_->rank()) + " of " + std::to_string(group_->size()) +
+                   " started by a launcher: only multi-process strategies run across ranks";
+      }
       c.spec.global_batch = global_batch_for(workload);
       c.device_kind = devices_.kind();
       c.threads_per_device = devices_.threads_per_device();
@@ -161,7 +231,12 @@ std::vector<CaseRecord> Runner::plan_cases() const {
       if (info.uses_all_devices && c.spec.world_size == 1) {
         c.note = "world size 1: " + s + " degenerates to one device (use --world-size 2 or more to compare)";
       }
-      if (auto reason = info.create()->unsupported_reason(c.spec, devices_)) {
+      if (info.multi_process && !group_ && !launcher_) {
+        c.status = CaseStatus::Skipped;
+        c.reason = "needs rank processes: run it through the ddpbench executable or a launcher (torchrun, srun)";
+      }
+      if (c.status != CaseStatus::Ok) {
+      } else if (auto reason = info.create()->unsupported_reason(c.spec, devices_)) {
         c.status = CaseStatus::Skipped;
         c.reason = *reason;
       }
@@ -181,12 +256,26 @@ const Dataset& Runner::dataset_for(const Workload& workload, std::int64_t global
   return it->second;
 }
 
-std::unique_ptr<Strategy> Runner::start_strategy(const CaseSpec& spec, OptimizerFactory optimizer) {
+std::unique_ptr<Strategy> Runner::start_strategy(const CaseSpec& spec, OptimizerFactory optimizer, int steps) {
   const auto& workload = WorkloadRegistry::instance().get(spec.workload);
   torch::manual_seed(options_.seed);  // the same initial weights for every strategy and repetition
-  auto strategy = StrategyRegistry::instance().get(spec.strategy).create();
-  strategy->setup({workload, spec, devices_, workload.make_model(), std::move(optimizer)});
+  const auto& info = StrategyRegistry::instance().get(spec.strategy);
+  auto strategy = info.create();
+  StrategySetup setup{workload, spec, devices_, workload.make_model(), std::move(optimizer)};
+  setup.options = options_.strategy;
+  setup.steps_per_run = steps;
+  setup.process_group = info.multi_process ? group_ : nullptr;
+  strategy->setup(setup);
   return strategy;
+}
+
+bool Runner::delegated(const CaseSpec& spec) const {
+  return launcher_ != nullptr && group_ == nullptr && StrategyRegistry::instance().get(spec.strategy).multi_process;
+}
+
+std::string Runner::run_on_ranks(const RankTask& task) {
+  return launcher_->run(
+      task.encode(), [this](std::int64_t) { progress(); }, [] { return stop_requested(); });
 }
 
 BatchLoader Runner::make_loader(const Dataset& dataset, const CaseSpec& spec, const Strategy& strategy) const {
@@ -197,7 +286,7 @@ BatchLoader Runner::make_loader(const Dataset& dataset, const CaseSpec& spec, co
 Runner::Reference Runner::train_untimed(const CaseSpec& spec, int steps) {
   const auto& workload = WorkloadRegistry::instance().get(spec.workload);
   const auto& dataset = dataset_for(workload, spec.global_batch);
-  auto strategy = start_strategy(spec, parity_optimizer(workload));
+  auto strategy = start_strategy(spec, parity_optimizer(workload), steps);
   BatchLoader loader = make_loader(dataset, spec, *strategy);
   PhaseRecorder phases;
   Reference out;
@@ -207,6 +296,7 @@ Runner::Reference Runner::train_untimed(const CaseSpec& spec, int steps) {
     phases.end_step();
     out.final_loss = loss.item<double>();
     progress();
+    count_step();
   }
   CpuMemoryCounter::DeviceScope host(CpuMemoryCounter::kHost);
   for (const auto& p : strategy->trained_parameters()) out.parameters.push_back(p.detach().to(torch::kCPU).clone());
@@ -217,42 +307,125 @@ void Runner::check_parity(CaseRecord& record) {
   const int steps = options_.parity_steps;
   if (steps == 0) return;
   for (auto* sink : sinks_) sink->on_progress(record.spec.name(), "parity check", 0, steps);
-  auto ref_it = references_.find(record.spec.workload);
-  if (ref_it == references_.end()) {
-    CaseSpec reference = record.spec;
+  const ParityRecord parity = delegated(record.spec)
+                                  ? codec::decode_parity(run_on_ranks({RankTask::Kind::Parity, record.spec.name(), 0}))
+                                  : measure_parity(record.spec);
+  judge_parity(record, parity);
+  if (group_ != nullptr) {
+    // Only rank 0 compares with single: every rank must agree on whether the case goes on.
+    const std::string key = "parity/" + record.spec.name();
+    if (group_->rank() == 0) {
+      group_->store().set(key, as_bytes(record.status == CaseStatus::Ok ? std::string() : record.reason));
+    } else {
+      group_->store().wait({key});
+      const std::string reason = as_string(group_->store().get(key));
+      if (!reason.empty()) {
+        record.status = CaseStatus::Failed;
+        record.reason = reason;
+      }
+    }
+  }
+}
+
+ParityRecord Runner::measure_parity(const CaseSpec& spec) {
+  const int steps = options_.parity_steps;
+  const bool compares = group_ == nullptr || group_->rank() == 0;
+  auto ref_it = references_.find(spec.workload);
+  if (compares && ref_it == references_.end()) {
+    CaseSpec reference = spec;
     reference.strategy = "single";
     reference.world_size = 1;
-    ref_it = references_.emplace(record.spec.workload, train_untimed(reference, steps)).first;
+    ref_it = references_.emplace(spec.workload, train_untimed(reference, steps)).first;
   }
-  const Reference result = train_untimed(record.spec, steps);
+  const Reference result = train_untimed(spec, steps);
 
   ParityRecord p;
   p.steps = steps;
   p.tolerance = options_.parity_tolerance;
   p.final_loss = result.final_loss;
+  if (!compares) return p;  // ranks other than 0 only train
   p.reference_final_loss = ref_it->second.final_loss;
   p.max_rel_param_diff = max_relative_difference(result.parameters, ref_it->second.parameters);
   p.within_tolerance = std::isfinite(p.max_rel_param_diff) && p.max_rel_param_diff <= p.tolerance;
+  return p;
+}
+
+void Runner::judge_parity(CaseRecord& record, const ParityRecord& parity) const {
+  ParityRecord p = parity;
   const auto& workload = WorkloadRegistry::instance().get(record.spec.workload);
-  if (!p.within_tolerance && workload.has_batch_norm() && record.spec.world_size > 1) {
+  const bool synced_bn = StrategyRegistry::instance().get(record.spec.strategy).multi_process && options_.strategy.ddp.sync_bn;
+  if (!p.within_tolerance && workload.has_batch_norm() && record.spec.world_size > 1 && !synced_bn) {
     p.note = "BatchNorm statistics are computed per device, so a difference from single is expected";
   } else if (!p.within_tolerance) {
     record.status = CaseStatus::Failed;
     record.reason = "parity: parameters differ from single by " + std::to_string(p.max_rel_param_diff) +
-                    " (relative) after " + std::to_string(steps) + " steps, tolerance " +
-                    std::to_string(p.tolerance);
+                    " (relative) after " + std::to_string(p.steps) + " steps, tolerance " + std::to_string(p.tolerance);
   }
   record.parity = p;
 }
 
 RepetitionRecord Runner::run_repetition(const CaseRecord& record, int index) {
+  if (delegated(record.spec)) {
+    return codec::decode_repetition(run_on_ranks({RankTask::Kind::Repetition, record.spec.name(), index}));
+  }
+  RepetitionRecord rep = measure_repetition(record, index);
+  if (group_ != nullptr) gather_ranks(record.spec, rep);
+  return rep;
+}
+
+void Runner::gather_ranks(const CaseSpec& spec, RepetitionRecord& rep) {
+  RankRecord mine;
+  mine.rank = group_->rank();
+  mine.host = host_name();
+  mine.mean_step_seconds = rep.mean_step_seconds();
+  mine.phase_seconds = rep.phase_seconds;
+  mine.cpu_seconds = rep.cpu_seconds;
+  mine.peak_rss_bytes = rep.peak_rss_bytes;
+  mine.memory = rep.memory;
+  for (auto& m : mine.memory) m.device = group_->rank();
+  const std::string prefix = "gather/" + spec.name() + "/" + std::to_string(rep.index) + "/";
+  if (group_->rank() != 0) {
+    group_->store().set(prefix + std::to_string(mine.rank), as_bytes(codec::encode(mine)));
+    return;
+  }
+  rep.ranks = {mine};
+  rep.memory.clear();
+  for (const auto& m : mine.memory) rep.memory.push_back(m);
+  for (int r = 1; r < group_->size(); ++r) {
+    const std::string key = prefix + std::to_string(r);
+    group_->store().wait({key});
+    rep.ranks.push_back(codec::decode_rank(as_string(group_->store().get(key))));
+    for (const auto& m : rep.ranks.back().memory) rep.memory.push_back(m);
+  }
+}
+
+std::string Runner::run_rank_task(const RankTask& task) {
+  CpuMemoryCounter::install();
+  at::set_num_threads(devices_.threads_per_device());
+  record_.cases = plan_cases();
+  report_steps_ = group_ != nullptr && group_->rank() == 0;
+  for (auto& c : record_.cases) {
+    if (c.spec.name() != task.case_name) continue;
+    if (c.status != CaseStatus::Ok) throw CaseFailure(c.reason);
+    if (task.kind == RankTask::Kind::Parity) {
+      const ParityRecord parity = measure_parity(c.spec);
+      return group_->rank() == 0 ? codec::encode(parity) : std::string();
+    }
+    RepetitionRecord rep = run_repetition(c, task.repetition);
+    return group_->rank() == 0 ? codec::encode(rep) : std::string();
+  }
+  throw UsageError("DDPBENCH_RANK_TASK: no case named " + task.case_name + " in this run");
+}
+
+RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index) {
   const auto& spec = record.spec;
   const auto& workload = WorkloadRegistry::instance().get(spec.workload);
   const auto& dataset = dataset_for(workload, spec.global_batch);
 
-  auto strategy = start_strategy(spec, training_optimizer(workload));
+  auto strategy = start_strategy(spec, training_optimizer(workload), options_.warmup + options_.steps);
   BatchLoader loader = make_loader(dataset, spec, *strategy);
-  MemoryProbe memory(devices_, spec.world_size);
+  MemoryProbe memory = group_ ? MemoryProbe(devices_, 1, devices_.is_cuda() ? group_->local_rank() : 0)
+                              : MemoryProbe(devices_, spec.world_size);
   PhaseRecorder phases;
 
   RepetitionRecord rep;
@@ -261,7 +434,8 @@ RepetitionRecord Runner::run_repetition(const CaseRecord& record, int index) {
   const std::string name = spec.name();
   torch::Tensor loss;
 
-  const bool hang = should_hang(name);
+  const std::string fault = rank_fault(group_);
+  const bool hang = should_hang(name) || fault == "hang";
   auto one_step = [&] {
     if (stop_requested()) throw StopRequested();
     progress();
@@ -273,15 +447,21 @@ RepetitionRecord Runner::run_repetition(const CaseRecord& record, int index) {
       batch = loader.next();
     }
     loss = strategy->step(batch, phases);
-    synchronize(devices_, spec.world_size);
+    if (group_ == nullptr) {
+      synchronize(devices_, spec.world_size);
+    } else if (devices_.is_cuda()) {
+      compat::cuda_synchronize(group_->local_rank());  // a rank waits for its own device only
+    }
     phases.end_step();
   };
 
   for (int i = 0; i < options_.warmup; ++i) {
     one_step();
+    count_step();
     for (auto* sink : sinks_) sink->on_progress(name, "warm-up", i + 1, options_.warmup);
   }
   memory.reset();
+  strategy->reset_comm_summary();
   if (options_.trace) {
     options_.trace->set_context(name, index);
     phases.set_trace(options_.trace);  // measured steps only: warm-up is not part of the picture
@@ -291,8 +471,10 @@ RepetitionRecord Runner::run_repetition(const CaseRecord& record, int index) {
     phases.set_step(options_.warmup + i);
     const auto start = std::chrono::steady_clock::now();
     while (hang) std::this_thread::sleep_for(std::chrono::seconds(1));  // injected fault
+    if (fault == "kill") raise(SIGKILL);                                 // injected fault
     one_step();
     const auto stop = std::chrono::steady_clock::now();
+    count_step();
     rep.step_seconds.push_back(std::chrono::duration<double>(stop - start).count());
     for (int p = 0; p < kPhaseCount; ++p) rep.phase_seconds[p] += phases.step_seconds()[p];
     if (i == 0) rep.first_loss = loss.item<double>();
@@ -306,6 +488,7 @@ RepetitionRecord Runner::run_repetition(const CaseRecord& record, int index) {
   for (auto& p : rep.phase_seconds) p /= static_cast<double>(options_.steps);
   rep.memory = memory.read();
   rep.peak_rss_bytes = MemoryProbe::process_peak_rss_bytes();
+  rep.comm = strategy->comm_summary();
   if (!std::isfinite(rep.final_loss)) throw CaseFailure("loss is not finite after " + std::to_string(options_.steps) + " steps");
   return rep;
 }
@@ -321,6 +504,11 @@ void Runner::notify_update() {
 
 void Runner::progress() {
   if (watchdog_) watchdog_->kick();
+}
+
+void Runner::count_step() {
+  progress();
+  if (report_steps_) group_->store().add(task_keys::kSteps, 1);
 }
 
 void Runner::handle_hang() {

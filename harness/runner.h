@@ -33,6 +33,20 @@ struct RunnerOptions {
   LoaderOptions loader;
   double timeout_seconds = 300;
   TraceRecorder* trace = nullptr;  // records the measured steps' ranges when set (--trace)
+  StrategyOptions strategy;        // ddp's bucket size, overlap, SyncBatchNorm, checkpoint
+};
+
+class ProcessGroupContext;
+class RankLauncher;
+
+// One unit of a multi-process case that ddpbench's launcher hands to fresh rank processes.
+struct RankTask {
+  enum class Kind { Parity, Repetition };
+  Kind kind = Kind::Parity;
+  std::string case_name;
+  int repetition = 0;
+  std::string encode() const;
+  static RankTask decode(const std::string& text);  // throws UsageError on malformed text
 };
 
 // Where the runner reports as it goes: the JSON file, the table, the progress line (views).
@@ -61,6 +75,15 @@ class Runner {
   // case was marked failed and the sinks were given the record; main decides how to end.
   void set_hang_handler(std::function<void(const RunRecord&)> handler) { on_hang_ = std::move(handler); }
 
+  // This process is one rank of a group (launched by ddpbench, torchrun or Slurm): multi-process
+  // strategies run here as that rank, every other strategy is skipped with the reason.
+  void set_process_group(ProcessGroupContext* group) { group_ = group; }
+  // Multi-process cases run on ranks this launcher starts, one task at a time.
+  void set_rank_launcher(RankLauncher* launcher) { launcher_ = launcher; }
+  // In a rank process started by the launcher: runs one task and returns rank 0's encoded result
+  // (other ranks return an empty string). Throws what the task threw.
+  std::string run_rank_task(const RankTask& task);
+
   // Asks a running run to stop at the next step boundary (async-signal-safe).
   static void request_stop();
   static bool stop_requested();
@@ -75,16 +98,25 @@ class Runner {
   std::int64_t global_batch_for(const Workload& workload) const;
   const Dataset& dataset_for(const Workload& workload, std::int64_t global_batch);
   // A strategy set up for `spec` from the run's seed, and the loader of its shard of the data.
-  std::unique_ptr<Strategy> start_strategy(const CaseSpec& spec, OptimizerFactory optimizer);
+  std::unique_ptr<Strategy> start_strategy(const CaseSpec& spec, OptimizerFactory optimizer, int steps);
   BatchLoader make_loader(const Dataset& dataset, const CaseSpec& spec, const Strategy& strategy) const;
   // Trains `steps` steps without timing; returns trained parameters (CPU copies) and the last loss.
   Reference train_untimed(const CaseSpec& spec, int steps);
   void check_parity(CaseRecord& record);
+  ParityRecord measure_parity(const CaseSpec& spec);
+  void judge_parity(CaseRecord& record, const ParityRecord& parity) const;
   RepetitionRecord run_repetition(const CaseRecord& record, int index);
+  RepetitionRecord measure_repetition(const CaseRecord& record, int index);
+  // Rank 0 collects every rank's figures (through the store) into `rep`; the others send theirs.
+  void gather_ranks(const CaseSpec& spec, RepetitionRecord& rep);
+  // Multi-process cases outside a rank process run on the launcher's ranks.
+  bool delegated(const CaseSpec& spec) const;
+  std::string run_on_ranks(const RankTask& task);
   void finish_case_error(CaseRecord& record, const std::exception& error);
   void notify_update();
   void handle_hang();
-  void progress();  // a step finished: the watchdog's clock restarts
+  void progress();    // a step finished: the watchdog's clock restarts
+  void count_step();  // progress(), and rank 0 of a launcher's task tells the launcher
 
   RunnerOptions options_;
   DeviceSet devices_;
@@ -97,6 +129,9 @@ class Runner {
   std::atomic<int> current_case_{-1};
   std::function<void(const RunRecord&)> on_hang_;
   class StepWatchdog* watchdog_ = nullptr;
+  ProcessGroupContext* group_ = nullptr;
+  RankLauncher* launcher_ = nullptr;
+  bool report_steps_ = false;  // rank 0 of a launcher's task: counts steps in the store
 };
 
 }  // namespace ddpbench

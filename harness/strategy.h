@@ -17,6 +17,22 @@
 
 namespace ddpbench {
 
+class ProcessGroupContext;
+
+// Flags that shape one strategy's mechanics (the ones not every strategy shares).
+struct DdpOptions {
+  double bucket_mb = 25;             // --bucket-mb
+  bool overlap = true;               // --no-overlap turns it off
+  bool grad_as_bucket_view = false;  // --grad-as-bucket-view
+  bool sync_bn = false;              // --sync-bn
+  std::string checkpoint_path;       // --checkpoint (empty: none)
+  int checkpoint_every = 0;          // --checkpoint-every (0: at the end of each repetition)
+};
+
+struct StrategyOptions {
+  DdpOptions ddp;
+};
+
 // One point of the sweep: a workload under a strategy on `world_size` devices.
 struct CaseSpec {
   std::string workload;
@@ -25,6 +41,15 @@ struct CaseSpec {
   std::int64_t global_batch = 0;
   // "<workload>/<strategy>/world:<N>", the benchmark name in the JSON.
   std::string name() const;
+};
+
+// What a communicating strategy all-reduced per step, averaged over the steps since the last reset.
+struct CommSummary {
+  std::string backend;                      // "gloo", "nccl"
+  int world_size = 1;
+  std::int64_t bytes_per_step = 0;          // all-reduced payload per rank and step
+  int buckets = 0;                          // collectives per step
+  double allreduce_seconds_per_step = 0;    // time some all-reduce was in flight, per step
 };
 
 using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
@@ -37,6 +62,9 @@ struct StrategySetup {
   // The harness chooses the optimizer: the workload's for timed runs, its parity optimizer for the
   // parity check. Strategies build theirs with this, never with the workload directly.
   OptimizerFactory make_optimizer;
+  StrategyOptions options{};
+  int steps_per_run = 0;                           // warm-up plus measured (or parity) steps
+  ProcessGroupContext* process_group = nullptr;    // this process's rank group (multi-process strategies)
 };
 
 // The workload's own optimizer, for timed runs.
@@ -60,6 +88,9 @@ class Strategy {
   torch::Tensor step(const Batch& batch, PhaseRecorder& phases) { return do_step(batch, phases); }
   // The trained parameters as one model would hold them, for the parity check against `single`.
   std::vector<torch::Tensor> trained_parameters() { return do_trained_parameters(); }
+  // Communication since the last reset (strategies that all-reduce), or nothing.
+  std::optional<CommSummary> comm_summary() const { return do_comm_summary(); }
+  void reset_comm_summary() { do_reset_comm_summary(); }
 
  protected:
   virtual std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet&) const {
@@ -69,6 +100,8 @@ class Strategy {
   virtual void do_setup(const StrategySetup& setup) = 0;
   virtual torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) = 0;
   virtual std::vector<torch::Tensor> do_trained_parameters() = 0;
+  virtual std::optional<CommSummary> do_comm_summary() const { return std::nullopt; }
+  virtual void do_reset_comm_summary() {}
 };
 
 struct StrategyInfo {
@@ -77,6 +110,9 @@ struct StrategyInfo {
   int display_order = 0;        // position in --list and in `all`
   bool uses_all_devices = true; // false: always one device (single)
   std::function<std::unique_ptr<Strategy>()> create;
+  // One process per rank: the harness runs its cases in rank processes, spawned by ddpbench's
+  // launcher or started by torchrun/Slurm, and gives each its process group.
+  bool multi_process = false;
 };
 
 class StrategyRegistry {

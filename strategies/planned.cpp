@@ -29,8 +29,6 @@ std::function<std::unique_ptr<Strategy>()> planned(const char* what) {
 
 }  // namespace
 
-DDPBENCH_REGISTER_STRATEGY({"ddp", "multi-process DistributedDataParallel: bucketed all-reduce overlapped with backward",
-                            3, true, planned("multi-process DDP over Gloo/NCCL is planned")});
 DDPBENCH_REGISTER_STRATEGY({"hogwild", "lock-free updates of shared parameters by N workers",
                             4, true, planned("Hogwild is planned")});
 

@@ -194,10 +194,20 @@ TEST(Cli, JsonHoldsTheContractsValues) {
   for (const auto& b : doc["benchmarks"]) {
     const auto& d = b["ddpbench"];
     if (d["strategy"] == "ddp") {
-      // Not implemented yet: reported as skipped with the reason, never silently dropped.
-      EXPECT_EQ(d["status"], "skipped");
-      EXPECT_FALSE(d["reason"].get<std::string>().empty());
-      EXPECT_TRUE(b["error_occurred"].get<bool>());
+      // Every rank's figures are gathered into rank 0's record, with the all-reduce's.
+      EXPECT_EQ(d["status"], "ok") << d["reason"];
+      EXPECT_EQ(d["world_size"], 2);
+      EXPECT_EQ(d["comm"]["backend"], "gloo");
+      EXPECT_GT(d["comm"]["bytes_per_step"].get<double>(), 2913290 * 4);  // every gradient, plus the loss
+      EXPECT_GE(d["comm"]["buckets"].get<int>(), 1);
+      EXPECT_EQ(d["memory"].size(), 2u);
+      if (b["run_type"] == "iteration") {
+        ASSERT_EQ(d["ranks"].size(), 2u);
+        EXPECT_EQ(d["ranks"][1]["rank"], 1);
+        EXPECT_GT(d["ranks"][1]["step_time_ms"].get<double>(), 0);
+        EXPECT_GE(d["straggler_spread"].get<double>(), 1.0);
+        EXPECT_GT(d["comm"]["busbw_gbps"].get<double>(), 0);
+      }
       continue;
     }
     EXPECT_EQ(b["run_name"], "mlp/single/world:1");

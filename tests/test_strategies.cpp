@@ -3,6 +3,8 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include "harness/cli.h"
+#include "harness/rank_launcher.h"
 #include "harness/runner.h"
 #include "harness/strategy.h"
 
@@ -26,7 +28,17 @@ class EveryStrategy : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EveryStrategy, RunsOrSaysWhyNotOnEveryWorkload) {
   const DeviceSet devices = resolve_devices({"cpu", 2, 1});
-  Runner runner(small_run(GetParam()), devices, RunContext{});
+  const RunnerOptions options = small_run(GetParam());
+  Runner runner(options, devices, RunContext{});
+  // Multi-process strategies run on real rank processes of the ddpbench executable.
+  std::optional<RankLauncher> launcher;
+  if (StrategyRegistry::instance().get(GetParam()).multi_process) {
+    std::string workloads;
+    for (const auto& w : options.workloads) workloads += (workloads.empty() ? "" : ",") + w;
+    launcher.emplace(RankLaunchOptions{DDPBENCH_EXECUTABLE, rank_command_line(options, devices, workloads, GetParam()),
+                                       devices.size(), std::chrono::seconds(60)});
+    runner.set_rank_launcher(&*launcher);
+  }
   const RunRecord record = runner.run();
   ASSERT_EQ(record.cases.size(), WorkloadRegistry::instance().names().size());
   EXPECT_TRUE(record.complete);

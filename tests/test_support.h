@@ -52,20 +52,32 @@ class ScratchDir {
 // If kill_after_ms > 0 the child is sent SIGKILL after that long (if still running). `env` is set
 // in the child only.
 inline ProcessResult run_process(const std::vector<std::string>& args, int kill_after_ms = 0,
-                                 const std::vector<std::pair<std::string, std::string>>& env = {}) {
+                                 const std::vector<std::pair<std::string, std::string>>& env = {},
+                                 int kill_signal = SIGKILL) {
   ScratchDir scratch;
   const std::string out_path = scratch.file("stdout"), err_path = scratch.file("stderr");
+  // Everything the child needs is built before fork: the tests run processes from several threads.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    bool overridden = false;
+    for (const auto& [name, value] : env) overridden = overridden || entry.rfind(name + "=", 0) == 0;
+    if (!overridden) env_strings.push_back(entry);
+  }
+  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(out, 1);
     ::dup2(err, 2);
-    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
+    ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   ProcessResult r;
@@ -74,7 +86,7 @@ inline ProcessResult run_process(const std::vector<std::string>& args, int kill_
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kill_after_ms);
     while (::waitpid(pid, &status, WNOHANG) == 0) {
       if (std::chrono::steady_clock::now() >= deadline) {
-        ::kill(pid, SIGKILL);
+        ::kill(pid, kill_signal);
         ::waitpid(pid, &status, 0);
         break;
       }

@@ -1,10 +1,10 @@
 // `convnet`: a small CIFAR-shaped network with BatchNorm, where SyncBatchNorm matters.
 #include <torch/nn/functional/pooling.h>
-#include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
 #include "harness/torch_compat.h"
+#include "workloads/batch_norm.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {
@@ -28,7 +28,7 @@ class ConvNetModel : public torch::nn::Cloneable<ConvNetModel>, public WorkloadM
                                                        .stride(kStrides[i])
                                                        .padding(1)
                                                        .bias(false)));
-      norms[i] = register_module("bn" + std::to_string(i + 1), torch::nn::BatchNorm2d(kWidths[i]));
+      norms[i] = register_module("bn" + std::to_string(i + 1), SyncableBatchNorm2d(kWidths[i]));
       in = kWidths[i];
     }
     head = register_module("fc", torch::nn::Linear(kWidths[2], kClasses));
@@ -42,7 +42,7 @@ class ConvNetModel : public torch::nn::Cloneable<ConvNetModel>, public WorkloadM
 
  private:
   torch::nn::Conv2d convs[3] = {nullptr, nullptr, nullptr};
-  torch::nn::BatchNorm2d norms[3] = {nullptr, nullptr, nullptr};
+  SyncableBatchNorm2d norms[3] = {nullptr, nullptr, nullptr};
   torch::nn::Linear head{nullptr};
 };
 

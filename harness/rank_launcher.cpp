@@ -1,0 +1,293 @@
+#include "harness/rank_launcher.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "harness/errors.h"
+
+extern char** environ;
+
+namespace ddpbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* kind_name(RankFailureReport::Kind kind) {
+  switch (kind) {
+    case RankFailureReport::Kind::Comm: return "comm";
+    case RankFailureReport::Kind::Hang: return "hang";
+    case RankFailureReport::Kind::Usage: return "usage";
+    case RankFailureReport::Kind::Case: break;
+  }
+  return "case";
+}
+
+std::string signal_text(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return std::to_string(sig) + " (" + (abbrev ? std::string("SIG") + abbrev : "unknown") + ")";
+}
+
+std::string seconds_text(std::chrono::milliseconds t) {
+  std::ostringstream out;
+  out << static_cast<double>(t.count()) / 1000.0;
+  return out.str();
+}
+
+// Variables this launcher sets for its ranks; inherited copies are dropped so they cannot disagree.
+bool is_launch_variable(const char* entry) {
+  static const char* names[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
+                                "MASTER_PORT=", "DDPBENCH_LAUNCHER_STORE=", "DDPBENCH_STORE_PREFIX=",
+                                "DDPBENCH_LAUNCHER_PID=", "DDPBENCH_RANK_TASK=", "SLURM_PROCID="};
+  for (const char* n : names) {
+    if (std::strncmp(entry, n, std::strlen(n)) == 0) return true;
+  }
+  return false;
+}
+
+struct Child {
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;          // waitpid status once exited
+  bool killed_by_us = false;
+};
+
+}  // namespace
+
+std::string encode_failure(const RankFailureReport& report) {
+  return nlohmann::json{{"kind", kind_name(report.kind)}, {"reason", report.reason}}.dump();
+}
+
+RankFailureReport decode_failure(const std::string& text) {
+  RankFailureReport r;
+  try {
+    const auto j = nlohmann::json::parse(text);
+    const auto kind = j.at("kind").get<std::string>();
+    r.kind = kind == "comm"    ? RankFailureReport::Kind::Comm
+             : kind == "hang"  ? RankFailureReport::Kind::Hang
+             : kind == "usage" ? RankFailureReport::Kind::Usage
+                               : RankFailureReport::Kind::Case;
+    r.reason = j.at("reason").get<std::string>();
+  } catch (const std::exception&) {
+    r.reason = text;
+  }
+  return r;
+}
+
+struct RankLauncher::Store {
+  c10::intrusive_ptr<c10d::TCPStore> tcp;
+};
+
+RankLauncher::RankLauncher(RankLaunchOptions options) : options_(std::move(options)), store_(std::make_unique<Store>()) {
+  c10d::TCPStoreOptions opts;
+  opts.port = 0;  // a free port, chosen by the kernel: no race with other runs
+  opts.isServer = true;
+  opts.waitWorkers = false;
+  opts.timeout = options_.timeout;
+  store_->tcp = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+}
+
+RankLauncher::~RankLauncher() = default;
+
+std::string RankLauncher::run(const std::string& task, const std::function<void(std::int64_t)>& on_steps,
+                              const std::function<bool()>& stop_requested) {
+  const std::string prefix = "task" + std::to_string(next_task_++);
+  auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_->tcp);
+  const int n = options_.world_size;
+
+  // argv and environment are built before forking: posix_spawn runs nothing of ours in the child.
+  std::vector<std::string> argv_strings{options_.executable};
+  argv_strings.insert(argv_strings.end(), options_.args.begin(), options_.args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> base_env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!is_launch_variable(*e)) base_env.emplace_back(*e);
+  }
+  base_env.push_back("WORLD_SIZE=" + std::to_string(n));
+  base_env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(n));
+  base_env.push_back("MASTER_ADDR=127.0.0.1");
+  base_env.push_back("MASTER_PORT=" + std::to_string(store_->tcp->getPort()));
+  base_env.push_back("DDPBENCH_LAUNCHER_STORE=1");
+  base_env.push_back("DDPBENCH_STORE_PREFIX=" + prefix);
+  base_env.push_back("DDPBENCH_LAUNCHER_PID=" + std::to_string(getpid()));
+  base_env.push_back("DDPBENCH_RANK_TASK=" + task);
+
+  std::vector<Child> children(static_cast<size_t>(n));
+  pid_t group = 0;
+  auto kill_all = [&](int sig) {
+    for (auto& c : children) {
+      if (c.running) {
+        c.killed_by_us = true;
+        kill(c.pid, sig);
+      }
+    }
+  };
+  auto reap = [&](bool block) {
+    for (auto& c : children) {
+      if (!c.running) continue;
+      int status = 0;
+      const pid_t r = waitpid(c.pid, &status, block ? 0 : WNOHANG);
+      if (r == c.pid) {
+        c.running = false;
+        c.status = status;
+      }
+    }
+  };
+  auto running_count = [&] {
+    int k = 0;
+    for (const auto& c : children) k += c.running ? 1 : 0;
+    return k;
+  };
+  // Ends every rank still running: SIGTERM, a moment, then SIGKILL; reaps them all.
+  auto end_all = [&] {
+    kill_all(SIGTERM);
+    const auto deadline = Clock::now() + std::chrono::seconds(1);
+    while (running_count() > 0 && Clock::now() < deadline) {
+      reap(false);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill_all(SIGKILL);
+    reap(true);
+  };
+
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> env_strings = base_env;
+    env_strings.push_back("RANK=" + std::to_string(r));
+    env_strings.push_back("LOCAL_RANK=" + std::to_string(r));
+    std::vector<char*> envp;
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    // Ranks share a process group of their own: a terminal's Ctrl-C reaches the launcher alone,
+    // which then ends the ranks in order. Signals the launcher handles are reset to default.
+    sigset_t defaults, empty;
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGTERM);
+    sigaddset(&defaults, SIGPIPE);
+    sigemptyset(&empty);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setsigmask(&attr, &empty);
+    posix_spawnattr_setpgroup(&attr, group);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) {
+      end_all();
+      throw CaseFailure("cannot start rank " + std::to_string(r) + " (" + options_.executable + "): " + std::strerror(rc));
+    }
+    if (group == 0) group = pid;
+    children[static_cast<size_t>(r)] = Child{pid, true, 0, false};
+  }
+
+  const auto timeout = options_.timeout;
+  // After the first rank fails, the others get this long to fail on their own (they see the broken
+  // collective) before the ones still running are declared hung and killed.
+  const auto grace = std::chrono::milliseconds(2000);
+  std::optional<Clock::time_point> first_failure;
+  std::int64_t steps_seen = 0;
+  auto last_progress = Clock::now();
+
+  auto report_of = [&](int r) -> std::optional<RankFailureReport> {
+    const std::string key = task_keys::error(r);
+    if (!store->check({key})) return std::nullopt;
+    const auto bytes = store->get(key);
+    return decode_failure(std::string(bytes.begin(), bytes.end()));
+  };
+
+  for (;;) {
+    reap(false);
+    if (stop_requested()) {
+      end_all();
+      throw RunInterrupted();
+    }
+    if (store->check({task_keys::kSteps})) {
+      const std::int64_t steps = store->add(task_keys::kSteps, 0);
+      if (steps != steps_seen) {
+        steps_seen = steps;
+        last_progress = Clock::now();
+      }
+    }
+    on_steps(steps_seen);  // every poll: while the ranks live, hangs are this loop's to judge
+    bool any_failed = false;
+    for (const auto& c : children) {
+      if (!c.running && !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) any_failed = true;
+    }
+    if (!any_failed && running_count() == 0) {
+      if (!store->check({task_keys::kResult})) throw CaseFailure("rank 0 exited without a result");
+      const auto bytes = store->get(task_keys::kResult);
+      return std::string(bytes.begin(), bytes.end());
+    }
+    if (any_failed && !first_failure) first_failure = Clock::now();
+    bool signalled = false;
+    for (const auto& c : children) signalled = signalled || (!c.running && WIFSIGNALED(c.status) && !c.killed_by_us);
+    const bool grace_over = first_failure && Clock::now() - *first_failure > grace;
+    const bool stalled = Clock::now() - last_progress > 2 * timeout + std::chrono::seconds(30);
+    if ((any_failed && (running_count() == 0 || signalled || grace_over)) || stalled) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+
+  // Diagnose before ending the rest, so "still running" means "hung", not "killed by us".
+  std::vector<int> hung;
+  for (int r = 0; r < n; ++r) {
+    if (children[static_cast<size_t>(r)].running) hung.push_back(r);
+  }
+  const bool stalled = !first_failure;
+  end_all();
+
+  std::vector<std::string> lines;
+  auto rank_text = [](int r) { return "rank " + std::to_string(r); };
+  // 1. a rank killed by a signal; 2. a rank's own failure (not a broken collective); 3. hung
+  // ranks; 4. broken collectives alone.
+  for (int r = 0; r < n; ++r) {
+    const auto& c = children[static_cast<size_t>(r)];
+    if (WIFSIGNALED(c.status) && !c.killed_by_us) {
+      throw CaseFailure(rank_text(r) + " was killed by signal " + signal_text(WTERMSIG(c.status)));
+    }
+  }
+  std::optional<std::string> comm_reason;
+  for (int r = 0; r < n; ++r) {
+    const auto& c = children[static_cast<size_t>(r)];
+    if (c.killed_by_us || (WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) continue;
+    const auto report = report_of(r);
+    if (!report) continue;
+    if (report->kind == RankFailureReport::Kind::Hang) hung.push_back(r);
+    if (report->kind == RankFailureReport::Kind::Case || report->kind == RankFailureReport::Kind::Usage) {
+      throw CaseFailure(rank_text(r) + ": " + report->reason);
+    }
+    if (report->kind == RankFailureReport::Kind::Comm && !comm_reason) comm_reason = rank_text(r) + ": " + report->reason;
+  }
+  if (!hung.empty()) {
+    std::string who;
+    for (size_t i = 0; i < hung.size(); ++i) who += (i ? ", " : "") + std::to_string(hung[i]);
+    throw CaseFailure(std::string(hung.size() == 1 ? "rank " : "ranks ") + who + " hung: no progress within " +
+                      seconds_text(timeout) + " s (--timeout)" +
+                      (stalled ? "" : "; the other ranks timed out waiting for it") + "; killed");
+  }
+  if (comm_reason) throw CaseFailure(*comm_reason);
+  for (int r = 0; r < n; ++r) {
+    const auto& c = children[static_cast<size_t>(r)];
+    if (WIFEXITED(c.status) && WEXITSTATUS(c.status) != 0) {
+      throw CaseFailure(rank_text(r) + " exited with code " + std::to_string(WEXITSTATUS(c.status)));
+    }
+  }
+  throw CaseFailure("the ranks failed without saying why");
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,173 @@
+// `ddp`: one process per rank, a full replica each, every rank training on its own shard of the
+// global batch; gradients all-reduced in size-capped buckets while backward still runs (see
+// GradientBucketer), Gloo on CPU and NCCL on CUDA. As PyTorch's DistributedDataParallel: rank 0's
+// parameters and buffers are broadcast at the start, buffers again before every forward unless
+// --sync-bn makes BatchNorm statistics global, and only rank 0 saves checkpoints.
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/serialize/output-archive.h>
+
+#include <cstdio>
+#include <unistd.h>
+
+#include "harness/process_group.h"
+#include "harness/strategy.h"
+#include "harness/torch_compat.h"
+#include "strategies/gradient_bucketer.h"
+#include "workloads/batch_norm.h"
+
+namespace ddpbench {
+namespace {
+
+// A differentiable all-reduce (sum): SyncBatchNorm's statistics forward, their gradients backward.
+struct AllReduceSum : torch::autograd::Function<AllReduceSum> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               ProcessGroupContext* group) {
+    ctx->saved_data["group"] = reinterpret_cast<std::int64_t>(group);
+    auto sum = x.detach().clone();
+    group->allreduce(sum, "SyncBatchNorm statistics");
+    return sum;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* group = reinterpret_cast<ProcessGroupContext*>(ctx->saved_data["group"].toInt());
+    auto sum = grads[0].contiguous().clone();
+    group->allreduce(sum, "SyncBatchNorm gradients");
+    return {sum, torch::Tensor()};
+  }
+};
+
+// Rank 0 writes the plain model (SyncBatchNorm layers keep BatchNorm's names), atomically.
+void save_checkpoint(torch::nn::Module& model, const std::string& path) {
+  torch::serialize::OutputArchive archive;
+  model.save(archive);
+  const std::string partial = path + ".partial." + std::to_string(getpid());
+  archive.save_to(partial);
+  if (std::rename(partial.c_str(), path.c_str()) != 0) {
+    std::remove(partial.c_str());
+    throw CaseFailure("--checkpoint: cannot write " + path);
+  }
+}
+
+class DdpStrategy final : public Strategy {
+ protected:
+  std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet& devices) const override {
+    if (devices.is_cuda() && !compat::have_nccl()) return "this LibTorch has no NCCL, which ddp needs on CUDA";
+    return std::nullopt;
+  }
+
+  DataShard do_data_shard() const override { return {group_ ? group_->rank() : 0, group_ ? group_->size() : 1}; }
+
+  void do_setup(const StrategySetup& setup) override {
+    if (setup.process_group == nullptr) throw std::logic_error("ddp runs only inside a rank process");
+    group_ = setup.process_group;
+    workload_ = &setup.workload;
+    options_ = setup.options.ddp;
+    global_batch_ = setup.spec.global_batch;
+    device_ = setup.devices.device(group_->local_rank());
+    model_ = setup.model;
+    model_->to(device_);
+    model_->train();
+    if (options_.sync_bn) {
+      ProcessGroupContext* group = group_;
+      convert_to_sync_batch_norm(*model_, [group](const torch::Tensor& x) { return AllReduceSum::apply(x, group); });
+    }
+    std::vector<torch::Tensor> state = model_->parameters();
+    buffers_ = model_->buffers();
+    state.insert(state.end(), buffers_.begin(), buffers_.end());
+    group_->broadcast_from_rank0(state, "initial broadcast of rank 0's parameters and buffers");
+    // With SyncBatchNorm every rank computes the same statistics; otherwise, as DDP, rank 0's
+    // buffers are the truth and are broadcast before every forward.
+    broadcast_buffers_ = !options_.sync_bn && !buffers_.empty();
+
+    BucketOptions buckets;
+    buckets.cap_mb = options_.bucket_mb;
+    buckets.first_cap_mb = std::min(1.0, options_.bucket_mb);
+    buckets.overlap = options_.overlap;
+    buckets.grad_as_bucket_view = options_.grad_as_bucket_view;
+    bucketer_ = std::make_unique<GradientBucketer>(model_->parameters(), *group_, buckets);
+    optimizer_ = setup.make_optimizer(model_->parameters());
+    checkpoint_every_ = options_.checkpoint_every > 0 ? options_.checkpoint_every : setup.steps_per_run;
+    steps_ = 0;
+  }
+
+  torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
+    torch::Tensor inputs, targets, loss, global_loss;
+    {
+      auto scope = phases.scope(Phase::Data);
+      inputs = batch.inputs.to(device_, /*non_blocking=*/true);
+      targets = batch.targets.to(device_, /*non_blocking=*/true);
+    }
+    if (broadcast_buffers_) {
+      auto scope = phases.scope(Phase::Replicate);
+      group_->broadcast_from_rank0(buffers_, "broadcast of rank 0's buffers");
+    }
+    {
+      auto scope = phases.scope(Phase::Forward);
+      loss = workload_->loss(model_->forward(inputs), targets);
+    }
+    // Each rank's gradient enters the buckets weighted by its share of the global batch, so the
+    // sum over ranks is the gradient of the global mean loss, also when shards differ by a sample.
+    const double share = static_cast<double>(inputs.size(0)) / static_cast<double>(global_batch_);
+    bucketer_->prepare_step(share, loss.detach() * share);
+    {
+      auto scope = phases.scope(Phase::Backward);
+      loss.backward();
+    }
+    {
+      auto scope = phases.scope(Phase::CommExposed);
+      bucketer_->wait_all();
+    }
+    {
+      auto scope = phases.scope(Phase::Reduce);
+      global_loss = bucketer_->unpack();
+    }
+    {
+      auto scope = phases.scope(Phase::Optimizer);
+      optimizer_->step();
+      bucketer_->zero_grad();
+    }
+    ++steps_;
+    if (!options_.checkpoint_path.empty() && group_->rank() == 0 && steps_ % checkpoint_every_ == 0) {
+      auto scope = phases.scope(Phase::Checkpoint);
+      save_checkpoint(*model_, options_.checkpoint_path);
+    }
+    return global_loss;
+  }
+
+  std::vector<torch::Tensor> do_trained_parameters() override { return model_->parameters(); }
+
+  std::optional<CommSummary> do_comm_summary() const override {
+    const auto& s = bucketer_->stats();
+    if (s.steps == 0) return std::nullopt;
+    CommSummary c;
+    c.backend = group_->backend_name();
+    c.bytes_per_step = s.bytes / s.steps;
+    c.buckets = bucketer_->bucket_count();
+    c.allreduce_seconds_per_step = s.busy_seconds / static_cast<double>(s.steps);
+    c.world_size = group_->size();
+    return c;
+  }
+  void do_reset_comm_summary() override { bucketer_->reset_stats(); }
+
+ private:
+  ProcessGroupContext* group_ = nullptr;
+  const Workload* workload_ = nullptr;
+  DdpOptions options_;
+  std::int64_t global_batch_ = 1;
+  c10::Device device_{c10::kCPU};
+  ModelPtr model_;
+  std::vector<torch::Tensor> buffers_;
+  bool broadcast_buffers_ = false;
+  std::unique_ptr<GradientBucketer> bucketer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  int checkpoint_every_ = 1;
+  int steps_ = 0;
+};
+
+}  // namespace
+
+DDPBENCH_REGISTER_STRATEGY({"ddp", "multi-process DistributedDataParallel: bucketed all-reduce overlapped with backward",
+                            3, /*uses_all_devices=*/true, [] { return std::make_unique<DdpStrategy>(); },
+                            /*multi_process=*/true});
+
+}  // namespace ddpbench
