@@ -21,6 +21,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from reports import results  # noqa: E402
+from benchmarks.interleave import print_table, run_rounds  # noqa: E402
 
 
 def run_ddpbench(args, build):
@@ -61,26 +62,10 @@ def main():
                                                          os.path.join(ROOT, "benchmarks", "python_single_loop.py")]
                                                         + loop_args),
     }
-    names = list(tools)
-    samples = {n: [] for n in names}
-    for r in range(args.rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for n in order:
-            samples[n].append(tools[n]())
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n} {samples[n][-1]:.2f} ms" for n in names),
-              file=sys.stderr)
-
-    med = {n: statistics.median(samples[n]) for n in names}
-    base = med["ddpbench single"]
+    samples = run_rounds(tools, args.rounds)
     print(f"mlp, batch {args.batch}, {args.threads} thread(s), {args.steps} steps after {args.warmup} warm-up, "
           f"{args.rounds} interleaved rounds; {platform.node()}, {os.cpu_count()} CPUs")
-    # Two ratios: of medians, and of best rounds (the least disturbed by the machine's noise bursts).
-    best = {n: min(samples[n]) for n in names}
-    print("| loop | median step ms | min..max | ddpbench throughput / this loop's (medians) | (best rounds) |")
-    print("|---|---|---|---|---|")
-    for n in names:
-        print(f"| {n} | {med[n]:.2f} | {best[n]:.2f}..{max(samples[n]):.2f} | {med[n] / base:.3f}x | "
-              f"{best[n] / best['ddpbench single']:.3f}x |")
+    med = print_table(samples, "ddpbench single")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"settings": vars(args), "step_ms": samples, "median_step_ms": med}, f, indent=2)

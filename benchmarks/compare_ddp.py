@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""ddpbench `ddp` against PyTorch's own DistributedDataParallel on `mlp`, world 2, Gloo, one
+thread per rank, the same per-rank batch (benchmarks/python_ddp_loop.py is the peer). Both run
+Debian's LibTorch 1.13 kernels and the same Gloo, so the ratio measures how each schedules the
+gradient all-reduce. Rounds are interleaved (benchmarks/interleave.py); each run is a fresh set of
+rank processes, and the figure per run is rank 0's mean step time over the measured steps.
+
+Also measured, in the same rounds: ddpbench with --grad-as-bucket-view, with --no-overlap (the
+worth of overlapping), and a --bucket-mb sweep.
+
+    benchmarks/compare_ddp.py [--rounds 5] [--steps 30] [--warmup 5] [--batch 128] [--sweep 1,4,25]
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from reports import results  # noqa: E402
+from benchmarks.interleave import print_table, run_rounds  # noqa: E402
+
+
+def run_ddpbench(args, extra):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "r.json")
+        subprocess.run([os.path.join(args.build, "ddpbench"), "--strategy", "ddp", "--workload", "mlp",
+                        "--device", "cpu", "--world-size", "2", "--threads", "1", "--batch", str(args.batch),
+                        "--steps", str(args.steps), "--warmup", str(args.warmup), "--repetitions", "1",
+                        "--parity-steps", "0", "--json", path] + extra,
+                       check=True, stdout=subprocess.DEVNULL)
+        doc = results.load(path)
+        (case,) = [b for b in doc["benchmarks"] if b["run_type"] == "iteration"]
+        return statistics.fmean(case["ddpbench"]["step_times_ms"])
+
+
+def run_pytorch(args, bucket_mb):
+    out = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "python_ddp_loop.py"),
+                          str(args.steps), str(args.warmup), str(args.batch), "1", "2", str(bucket_mb)],
+                         check=True, capture_output=True, text=True).stdout
+    return statistics.fmean(json.loads(out)["step_ms"])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--batch", type=int, default=128, help="global batch (per rank: half)")
+    p.add_argument("--sweep", default="1,4,25", help="--bucket-mb values for ddpbench (MiB)")
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--json", help="also write the measurements here")
+    args = p.parse_args()
+
+    tools = {
+        "ddpbench ddp": lambda: run_ddpbench(args, []),
+        "PyTorch DDP": lambda: run_pytorch(args, 25),
+        "ddpbench ddp --grad-as-bucket-view": lambda: run_ddpbench(args, ["--grad-as-bucket-view"]),
+        "ddpbench ddp --no-overlap": lambda: run_ddpbench(args, ["--no-overlap"]),
+    }
+    for mb in [m for m in args.sweep.split(",") if m and float(m) != 25]:
+        tools[f"ddpbench ddp --bucket-mb {mb}"] = lambda mb=mb: run_ddpbench(args, ["--bucket-mb", mb])
+    samples = run_rounds(tools, args.rounds)
+    print(f"mlp, world 2 (Gloo), global batch {args.batch}, 1 thread per rank, {args.steps} steps after "
+          f"{args.warmup} warm-up, {args.rounds} interleaved rounds; {platform.node()}, {os.cpu_count()} CPUs")
+    med = print_table(samples, "ddpbench ddp", label="run")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"settings": vars(args), "step_ms": samples, "median_step_ms": med}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

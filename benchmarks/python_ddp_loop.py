@@ -1,0 +1,81 @@
+#!/usr/bin/python3
+"""PyTorch's own DistributedDataParallel on `mlp` (Debian's python3-torch, Gloo): the peer that
+benchmarks/compare_ddp.py runs against ddpbench's `ddp`. Same model, optimizer, synthetic data,
+per-rank batch and thread count; each rank pinned to its own cores as ddpbench pins its ranks.
+Prints rank 0's step times as JSON: {"step_ms": [...]}.
+
+    python_ddp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD [BUCKET_MB]
+"""
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_main(rank, world, port, steps, warmup, batch, threads, bucket_mb, queue):
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= world * threads:
+        os.sched_setaffinity(0, cores[rank * threads:(rank + 1) * threads])
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(42)
+    model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                          nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    gen = torch.Generator().manual_seed(42)
+    size = 32 * batch
+    inputs = torch.randn(size, 784, generator=gen)
+    labels = torch.randint(0, 10, (size,), generator=gen)
+    loss_fn = nn.CrossEntropyLoss()
+    times = []
+    perm = None
+    for step in range(warmup + steps):
+        k = step % 32
+        if k == 0:  # a new epoch: reshuffle, as a DistributedSampler with set_epoch does
+            perm = torch.randperm(size, generator=torch.Generator().manual_seed(step // 32))
+        start = time.perf_counter()
+        idx = perm[k * batch:(k + 1) * batch][rank::world]
+        x, y = inputs.index_select(0, idx), labels.index_select(0, idx)
+        loss = loss_fn(ddp(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if step >= warmup:
+            times.append((time.perf_counter() - start) * 1e3)
+    if rank == 0:
+        queue.put(times)
+    dist.destroy_process_group()
+
+
+def main():
+    steps, warmup, batch, threads, world = (int(a) for a in sys.argv[1:6])
+    bucket_mb = float(sys.argv[6]) if len(sys.argv) > 6 else 25.0
+    ctx = mp.get_context("spawn")  # never fork a process that may have started threads
+    queue = ctx.SimpleQueue()
+    port = free_port()
+    procs = [ctx.Process(target=rank_main, args=(r, world, port, steps, warmup, batch, threads, bucket_mb, queue))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    times = queue.get()
+    for p in procs:
+        p.join()
+    print(json.dumps({"step_ms": times}))
+    return 0 if all(p.exitcode == 0 for p in procs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
