@@ -103,7 +103,14 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
   };
 
   group = ProcessGroupContext::join(env, devices.kind(), timeout);
-  Runner runner(cmd.runner, devices, collect_run_context(args));
+  RunnerOptions options = cmd.runner;
+  std::optional<TraceRecorder> trace;
+  if (cmd.trace_dir && task_text == nullptr) {  // torchrun/Slurm ranks: one trace file each
+    check_writable_output("--trace", *cmd.trace_dir + "/ddpbench-rank" + std::to_string(env.rank) + ".json");
+    trace.emplace(env.rank, env.world_size);
+    options.trace = &*trace;
+  }
+  Runner runner(options, devices, collect_run_context(args));
   runner.set_process_group(group.get());
   runner.validate();
 
@@ -153,6 +160,10 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
   std::signal(SIGTERM, on_stop_signal);
   const RunRecord record = runner.run();
   if (env.rank == 0 && cmd.json_path) std::cout << "results: " << *cmd.json_path << '\n';
+  if (trace) {
+    const std::string path = trace->write(*cmd.trace_dir);
+    if (env.rank == 0) std::cout << "trace: " << path << " (one file per rank)\n";
+  }
   if (!record.interruption.empty()) return 130;
   for (const auto& c : record.cases) {
     if (c.status == CaseStatus::Failed || c.status == CaseStatus::Oom) return 1;

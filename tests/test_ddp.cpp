@@ -403,8 +403,8 @@ TEST(DdpExternalLaunch, TorchrunStyleRanksRunAndRank0AloneWritesTheJson) {
   ScratchDir dir;
   const int port = free_port();
   const auto results = launch_externally({rank_vars(0, 2, port), rank_vars(1, 2, port)},
-                                         {ddp_run(dir.file("r0.json"), {"--strategy", "all"}),
-                                          ddp_run(dir.file("r1.json"), {"--strategy", "all"})});
+                                         {ddp_run(dir.file("r0.json"), {"--strategy", "all", "--trace", dir.path()}),
+                                          ddp_run(dir.file("r1.json"), {"--strategy", "all", "--trace", dir.path()})});
   ASSERT_EQ(results[0].exit_code, 0) << results[0].err;
   ASSERT_EQ(results[1].exit_code, 0) << results[1].err;
   EXPECT_FALSE(std::filesystem::exists(dir.file("r1.json"))) << "only rank 0 reports";
@@ -415,6 +415,12 @@ TEST(DdpExternalLaunch, TorchrunStyleRanksRunAndRank0AloneWritesTheJson) {
   EXPECT_EQ((*ddp)["ddpbench"]["status"], "ok") << (*ddp)["ddpbench"]["reason"];
   EXPECT_TRUE((*ddp)["ddpbench"]["parity"]["within_tolerance"].get<bool>());
   EXPECT_EQ((*ddp)["ddpbench"]["ranks"].size(), 2u);
+  // One trace file per rank, each saying which rank it is.
+  for (int rank = 0; rank < 2; ++rank) {
+    const json trace = json::parse(read_text(dir.file("ddpbench-rank" + std::to_string(rank) + ".json")));
+    EXPECT_EQ(trace["distributedInfo"]["rank"], rank);
+    EXPECT_EQ(trace["distributedInfo"]["world_size"], 2);
+  }
   // Single-process strategies are no business of a rank: skipped, with the reason.
   EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "skipped");
 }
