@@ -55,9 +55,11 @@ std::vector<RankResult> reduce_on_two_ranks(const BucketOptions& options) {
   const auto inputs = torch::randn({10, 16});
   const auto targets = torch::randn({10, 4});
   std::vector<RankResult> results(2);
+  // Built here, not in the rank threads: the global generator is no place for two threads at once.
+  std::vector<torch::nn::Sequential> models = {small_model(), small_model()};
   auto rank = [&](int r) {
     ProcessGroupContext group(store, r, 2, DeviceKind::Cpu, std::chrono::seconds(20));
-    auto model = small_model();
+    auto& model = models[static_cast<size_t>(r)];
     GradientBucketer bucketer(model->parameters(), group, options);
     const auto x = inputs.narrow(0, r * 5, 5), y = targets.narrow(0, r * 5, 5);
     for (int step = 0; step < 2; ++step) {  // the second step checks that zero_grad left things right
@@ -134,9 +136,10 @@ TEST(GradientBucketer, OverlapLaunchesDuringBackwardAndNoOverlapAfter) {
 TEST(GradientBucketer, BucketsFollowReverseRegistrationOrderUnderTheCap) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::vector<std::vector<std::size_t>>> layouts(2);
+  std::vector<torch::nn::Sequential> models = {small_model(), small_model()};
   auto rank = [&](int r) {
     ProcessGroupContext group(store, r, 2, DeviceKind::Cpu, std::chrono::seconds(20));
-    auto model = small_model();  // parameters: 16x64 (4 KiB), 64, 64x64 (16 KiB), 64, 4x64 (1 KiB), 4
+    auto& model = models[static_cast<size_t>(r)];  // parameters: 16x64 (4 KiB), 64, 64x64 (16 KiB), 64, 4x64 (1 KiB), 4
     BucketOptions options;
     options.cap_mb = 18.0 / 1024;  // 18 KiB
     options.first_cap_mb = 2.0 / 1024;
