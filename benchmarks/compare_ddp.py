@@ -14,35 +14,22 @@ import argparse
 import json
 import os
 import platform
-import statistics
-import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from reports import results  # noqa: E402
-from benchmarks.interleave import print_table, run_rounds  # noqa: E402
+from benchmarks.interleave import ddpbench_step_ms, print_table, run_rounds, tool_step_ms  # noqa: E402
 
 
 def run_ddpbench(args, extra):
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "r.json")
-        subprocess.run([os.path.join(args.build, "ddpbench"), "--strategy", "ddp", "--workload", "mlp",
-                        "--device", "cpu", "--world-size", "2", "--threads", "1", "--batch", str(args.batch),
-                        "--steps", str(args.steps), "--warmup", str(args.warmup), "--repetitions", "1",
-                        "--parity-steps", "0", "--json", path] + extra,
-                       check=True, stdout=subprocess.DEVNULL)
-        doc = results.load(path)
-        (case,) = [b for b in doc["benchmarks"] if b["run_type"] == "iteration"]
-        return statistics.fmean(case["ddpbench"]["step_times_ms"])
+    return ddpbench_step_ms(args.build, ["--strategy", "ddp", "--workload", "mlp", "--device", "cpu",
+                                         "--world-size", "2", "--threads", "1", "--batch", str(args.batch),
+                                         "--steps", str(args.steps), "--warmup", str(args.warmup)] + extra)
 
 
 def run_pytorch(args, bucket_mb):
-    out = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "python_ddp_loop.py"),
-                          str(args.steps), str(args.warmup), str(args.batch), "1", "2", str(bucket_mb)],
-                         check=True, capture_output=True, text=True).stdout
-    return statistics.fmean(json.loads(out)["step_ms"])
+    return tool_step_ms(["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "python_ddp_loop.py"),
+                         str(args.steps), str(args.warmup), str(args.batch), "1", "2", str(bucket_mb)])
 
 
 def main():

@@ -13,33 +13,17 @@ import argparse
 import json
 import os
 import platform
-import statistics
-import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from reports import results  # noqa: E402
-from benchmarks.interleave import print_table, run_rounds  # noqa: E402
+from benchmarks.interleave import ddpbench_step_ms, print_table, run_rounds, tool_step_ms  # noqa: E402
 
 
 def run_ddpbench(args, build):
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "r.json")
-        subprocess.run([os.path.join(build, "ddpbench"), "--strategy", "single", "--workload", "mlp",
-                        "--device", "cpu", "--world-size", "1", "--threads", str(args.threads),
-                        "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
-                        "--repetitions", "1", "--parity-steps", "0", "--json", path],
-                       check=True, stdout=subprocess.DEVNULL)
-        doc = results.load(path)
-        (case,) = [b for b in doc["benchmarks"] if b["run_type"] == "iteration"]
-        return statistics.fmean(case["ddpbench"]["step_times_ms"])
-
-
-def run_step_ms_tool(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return statistics.fmean(json.loads(out)["step_ms"])
+    return ddpbench_step_ms(build, ["--strategy", "single", "--workload", "mlp", "--device", "cpu", "--world-size", "1",
+                                    "--threads", str(args.threads), "--batch", str(args.batch),
+                                    "--steps", str(args.steps), "--warmup", str(args.warmup)])
 
 
 def main():
@@ -56,9 +40,9 @@ def main():
     loop_args = [str(args.steps), str(args.warmup), str(args.batch), str(args.threads)]
     tools = {
         "ddpbench single": lambda: run_ddpbench(args, args.build),
-        "bare LibTorch loop": lambda: run_step_ms_tool([os.path.join(args.build, "benchmarks", "bare_single_loop")]
+        "bare LibTorch loop": lambda: tool_step_ms([os.path.join(args.build, "benchmarks", "bare_single_loop")]
                                                        + loop_args),
-        "PyTorch Python loop": lambda: run_step_ms_tool(["/usr/bin/python3",
+        "PyTorch Python loop": lambda: tool_step_ms(["/usr/bin/python3",
                                                          os.path.join(ROOT, "benchmarks", "python_single_loop.py")]
                                                         + loop_args),
     }

@@ -1,7 +1,31 @@
 """Interleaved rounds for the side-by-side benchmarks: every round runs every tool once, in fresh
-processes, the order rotating each round so the machine's drift hits all of them alike."""
+processes, the order rotating each round so the machine's drift hits all of them alike. Also the
+two ways a tool's mean step time is read: from a ddpbench run's JSON, or from a peer's stdout."""
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from reports import results  # noqa: E402
+
+
+def ddpbench_step_ms(build, flags):
+    """Mean step time (ms) of a one-repetition, one-case ddpbench run with `flags`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "r.json")
+        subprocess.run([os.path.join(build, "ddpbench"), "--repetitions", "1", "--parity-steps", "0",
+                        "--json", path] + flags, check=True, stdout=subprocess.DEVNULL)
+        (case,) = [b for b in results.load(path)["benchmarks"] if b["run_type"] == "iteration"]
+        return statistics.fmean(case["ddpbench"]["step_times_ms"])
+
+
+def tool_step_ms(cmd):
+    """Mean step time (ms) of a peer that prints {"step_ms": [...]} on stdout."""
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return statistics.fmean(json.loads(out)["step_ms"])
 
 
 def run_rounds(tools, rounds):
