@@ -139,6 +139,12 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_flag("--sync-bn", sync_bn, "ddp: BatchNorm statistics over the global batch (SyncBatchNorm)");
   app.add_option("--checkpoint", checkpoint, "ddp: rank 0 saves the model here (loadable by torch::load)");
   app.add_option("--checkpoint-every", checkpoint_every, "ddp: save every K steps (default: once per repetition)");
+  std::string hogwild_mode = "threads", sync_every;
+  app.add_option("--hogwild-mode", hogwild_mode, "hogwild: workers as threads of this process, or processes over shared memory")
+      ->capture_default_str();
+  app.add_option("--sync-every", sync_every,
+                 "hogwild: workers train private copies and add their change into the shared parameters every K steps "
+                 "(default 1: plain Hogwild)");
   std::string trace_dir;
   app.add_option("--trace", trace_dir, "write a Chrome trace-event file per rank into this directory");
   app.add_flag("--list", list, "list every strategy and workload, one line each");
@@ -217,6 +223,22 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     bool any = false;
     for (const auto& w : r.workloads) any = any || WorkloadRegistry::instance().get(w).has_batch_norm();
     if (!any) throw UsageError("--sync-bn: no selected workload has BatchNorm (convnet has)");
+  }
+  auto& hogwild = r.strategy.hogwild;
+  if (hogwild_mode == "threads") {
+    hogwild.mode = HogwildMode::Threads;
+  } else if (hogwild_mode == "processes") {
+    hogwild.mode = HogwildMode::Processes;
+  } else {
+    throw UsageError("--hogwild-mode: unknown mode '" + hogwild_mode + "' (expected threads or processes)");
+  }
+  if (!sync_every.empty()) hogwild.sync_every = static_cast<int>(parse_count("--sync-every", sync_every, 1, 1000000));
+  const bool runs_hogwild = std::find(r.strategies.begin(), r.strategies.end(), "hogwild") != r.strategies.end();
+  for (const auto& [flag, given] : std::vector<std::pair<const char*, bool>>{
+           {"--hogwild-mode", app.count("--hogwild-mode") > 0}, {"--sync-every", !sync_every.empty()}}) {
+    if (given && !runs_hogwild) {
+      throw UsageError(std::string(flag) + ": applies to hogwild only, which --strategy does not include");
+    }
   }
   if (no_json) {
     cmd.json_path.reset();

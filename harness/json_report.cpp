@@ -1,5 +1,6 @@
 #include "harness/json_report.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -91,6 +92,7 @@ json parity_json(const std::optional<ParityRecord>& parity) {
             {"within_tolerance", parity->within_tolerance},
             {"reference", parity->reference}};
   if (!parity->note.empty()) p["note"] = parity->note;
+  p["compared_by"] = parity->compared_by_loss ? "loss" : "parameters";
   return p;
 }
 
@@ -120,6 +122,19 @@ json step_distribution_json(const CaseRecord& c) {
           {"p90", stats::percentile(ms, 0.9)},
           {"median_ci95", ci ? json{{"low", ci->low}, {"high", ci->high}} : json(nullptr)},
           {"samples", ms.size()}};
+}
+
+json finite_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+json async_json(const AsyncSummary& a) {
+  json rss = json::array();
+  for (auto b : a.worker_peak_rss_bytes) rss.push_back(b);
+  return {{"mode", a.mode},
+          {"workers", a.workers},
+          {"sync_every", a.sync_every},
+          {"updates", a.updates},
+          {"staleness", {{"median", a.staleness_median}, {"max", a.staleness_max}, {"mean", a.staleness_mean}}},
+          {"worker_peak_rss_bytes", a.worker_peak_rss_bytes.empty() ? json(nullptr) : rss}};
 }
 
 json comm_json(const std::optional<CommSummary>& comm) {
@@ -161,6 +176,13 @@ json case_fields(const CaseRecord& c) {
               {"flops_per_sample", c.facts.flops_per_sample}}},
             {"parity", parity_json(c.parity)},
             {"noisy", c.noisy}};
+  if (c.loss_vs_single) {
+    f["loss_vs_single"] = {{"samples_seen", c.loss_vs_single->samples_seen},
+                           {"loss", finite_or_null(c.loss_vs_single->loss)},
+                           {"reference_loss", finite_or_null(c.loss_vs_single->reference_loss)},
+                           {"ratio", finite_or_null(c.loss_vs_single->ratio())},
+                           {"reference", "single"}};
+  }
   return f;
 }
 
@@ -215,6 +237,13 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     f["peak_rss_bytes"] = optional_json(r.peak_rss_bytes);
     f["first_loss"] = r.first_loss;
     f["final_loss"] = r.final_loss;
+    json curve_samples = json::array(), curve_loss = json::array();
+    for (size_t i = 0; i < r.step_losses.size(); ++i) {
+      curve_samples.push_back((static_cast<std::int64_t>(s.warmup) + static_cast<std::int64_t>(i) + 1) * c.spec.global_batch);
+      curve_loss.push_back(finite_or_null(r.step_losses[i]));
+    }
+    f["loss_curve"] = {{"samples_seen", curve_samples}, {"loss", curve_loss}};
+    if (r.async) f["async"] = async_json(*r.async);
     if (r.comm) f["comm"] = comm_json(r.comm);
     if (!r.ranks.empty()) {
       f["ranks"] = ranks_json(c, r);
@@ -269,6 +298,24 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     f["memory_imbalance"] = optional_json(memory_imbalance(peak));
     f["scaling_efficiency"] = optional_json(c.scaling_efficiency);
     f["step_time_ms"] = step_distribution_json(c);
+    if (c.repetitions.front().async) {
+      // Staleness aggregates over the repetitions' medians and maxima; mode and workers do not vary.
+      AsyncSummary async = *c.repetitions.front().async;
+      std::vector<double> medians, maxima, means;
+      for (const auto& r : c.repetitions) {
+        if (!r.async) continue;
+        medians.push_back(r.async->staleness_median);
+        maxima.push_back(static_cast<double>(r.async->staleness_max));
+        means.push_back(r.async->staleness_mean);
+      }
+      async.staleness_median = a.fn(medians);
+      async.staleness_mean = a.fn(means);
+      json aj = async_json(async);
+      aj["staleness"]["max"] = a.fn(maxima);
+      aj.erase("updates");
+      aj.erase("worker_peak_rss_bytes");
+      f["async"] = aj;
+    }
     if (c.repetitions.front().comm) {
       // The aggregate of the per-repetition all-reduce times; bytes and buckets do not vary.
       CommSummary comm = *c.repetitions.front().comm;

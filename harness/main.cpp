@@ -27,6 +27,7 @@
 #include "harness/runner.h"
 #include "harness/table_report.h"
 #include "harness/trace.h"
+#include "strategies/hogwild_processes.h"
 
 namespace {
 
@@ -198,6 +199,7 @@ int run(const std::vector<std::string>& args) {
     options.trace = &*trace;
   }
 
+  options.strategy.hogwild.worker_executable = self_executable();
   Runner runner(options, devices, collect_run_context(args));
   runner.validate();
 
@@ -265,6 +267,8 @@ int run(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv, argv + argc);
+  // A Hogwild worker process started by a run of this executable: it takes no command line.
+  if (ddpbench::is_hogwild_worker_process()) return ddpbench::hogwild_worker_main();
   try {
     return run(args);
   } catch (const ddpbench::UsageError& e) {

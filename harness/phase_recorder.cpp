@@ -18,6 +18,7 @@ const char* phase_name(Phase phase) {
     case Phase::Backward: return "backward";
     case Phase::Reduce: return "reduce";
     case Phase::CommExposed: return "comm_exposed";
+    case Phase::WorkerWait: return "worker_wait";
     case Phase::Optimizer: return "optimizer";
     case Phase::Checkpoint: return "checkpoint";
     case Phase::kCount: break;
@@ -62,6 +63,11 @@ PhaseRecorder::Scope::~Scope() {
   if (recorder_.trace_) recorder_.trace_->record(phase_name(phase_), start_, end, recorder_.step_index_);
   recorder_.step_[i] += std::chrono::duration<double>(elapsed).count();
   recorder_.used_[i] = true;
+}
+
+void PhaseRecorder::add_measured(Phase phase, double seconds) {
+  step_[static_cast<int>(phase)] += seconds;
+  used_[static_cast<int>(phase)] = true;
 }
 
 void PhaseRecorder::begin_step() {

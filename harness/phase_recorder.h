@@ -19,6 +19,7 @@ enum class Phase : int {
   Backward,
   Reduce,
   CommExposed,
+  WorkerWait,  // asynchronous workers: the step's end waits for the last worker's update
   Optimizer,
   Checkpoint,
   kCount
@@ -52,6 +53,9 @@ class PhaseRecorder {
   // One NVTX `step` range around each step; the phases of the step nest inside it.
   void begin_step();
   void end_step();
+  // A phase timed elsewhere (in a worker process) during this step: counted, but with no NVTX
+  // range or trace event of this process's, since it did not run here.
+  void add_measured(Phase phase, double seconds);
   // Seconds spent in each phase during the current step (valid after end_step()).
   const PhaseSeconds& step_seconds() const { return step_; }
   // Which phases were marked at least once since construction.

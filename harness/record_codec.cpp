@@ -22,6 +22,11 @@ std::optional<T> optional_from_json(const json& j) {
 
 // JSON has no NaN: a diverged run's numbers travel as null and come back as NaN.
 json number(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+json numbers(const std::vector<double>& xs) {
+  json out = json::array();
+  for (double x : xs) out.push_back(number(x));
+  return out;
+}
 double number_from(const json& j) { return j.is_null() ? std::nan("") : j.get<double>(); }
 
 json phases_to_json(const PhaseSeconds& p) { return json(std::vector<double>(p.begin(), p.end())); }
@@ -112,6 +117,7 @@ std::string encode(const RepetitionRecord& r) {
               {"peak_rss_bytes", optional_to_json(r.peak_rss_bytes)},
               {"first_loss", number(r.first_loss)},
               {"final_loss", number(r.final_loss)},
+              {"step_losses", numbers(r.step_losses)},
               {"ranks", ranks},
               {"comm", comm}}
       .dump();
@@ -128,6 +134,7 @@ RepetitionRecord decode_repetition(const std::string& text) {
     r.peak_rss_bytes = optional_from_json<std::int64_t>(j.at("peak_rss_bytes"));
     r.first_loss = number_from(j.at("first_loss"));
     r.final_loss = number_from(j.at("final_loss"));
+    for (const auto& x : j.at("step_losses")) r.step_losses.push_back(number_from(x));
     for (const auto& rank : j.at("ranks")) r.ranks.push_back(rank_from_json(rank));
     if (!j.at("comm").is_null()) {
       const auto& c = j.at("comm");

@@ -36,8 +36,11 @@ struct RepetitionRecord {
   std::optional<std::int64_t> peak_rss_bytes;
   double first_loss = 0;              // loss of the first and last measured steps
   double final_loss = 0;
+  // Every measured step's loss; measured step i has seen (warm-up + i + 1) global batches.
+  std::vector<double> step_losses;
   std::vector<RankRecord> ranks;      // multi-process cases: every rank, rank 0 first
   std::optional<CommSummary> comm;    // strategies that all-reduce: rank 0's communication
+  std::optional<AsyncSummary> async;  // asynchronous strategies: staleness of the updates
 
   double mean_step_seconds() const;
   // Slowest rank over the median rank, by the time each spent on its own work per step (step
@@ -58,6 +61,18 @@ struct ParityRecord {
   bool within_tolerance = true;
   std::string reference = "single";
   std::string note;  // why a difference is expected, where it is
+  // Asynchronous strategies are compared by loss at equal samples seen: the parameter difference is
+  // reported but not judged against the tolerance.
+  bool compared_by_loss = false;
+};
+
+// An asynchronous strategy's loss against `single`'s after the same samples (the same steps of the
+// same global batches, from the same initial weights): its statistical price.
+struct LossVsSingle {
+  std::int64_t samples_seen = 0;
+  double loss = 0;            // median over repetitions of the final measured step's loss
+  double reference_loss = 0;  // single's, likewise
+  double ratio() const { return reference_loss != 0 ? loss / reference_loss : 0; }
 };
 
 struct CaseRecord {
@@ -72,6 +87,7 @@ struct CaseRecord {
   std::optional<ParityRecord> parity;
   std::vector<Phase> phases_used;
   std::optional<double> scaling_efficiency;
+  std::optional<LossVsSingle> loss_vs_single;  // asynchronous strategies, when single ran too
   // CV of the repetition means above --max-cv: the machine's noise is too large to trust the numbers.
   bool noisy = false;
 

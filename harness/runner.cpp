@@ -236,7 +236,7 @@ std::vector<CaseRecord> Runner::plan_cases() const {
         c.reason = "needs rank processes: run it through the ddpbench executable or a launcher (torchrun, srun)";
       }
       if (c.status != CaseStatus::Ok) {
-      } else if (auto reason = info.create()->unsupported_reason(c.spec, devices_)) {
+      } else if (auto reason = info.create()->unsupported_reason(c.spec, devices_, options_.strategy)) {
         c.status = CaseStatus::Skipped;
         c.reason = *reason;
       }
@@ -256,7 +256,8 @@ const Dataset& Runner::dataset_for(const Workload& workload, std::int64_t global
   return it->second;
 }
 
-std::unique_ptr<Strategy> Runner::start_strategy(const CaseSpec& spec, OptimizerFactory optimizer, int steps) {
+std::unique_ptr<Strategy> Runner::start_strategy(const CaseSpec& spec, OptimizerFactory optimizer, int steps,
+                                                 bool parity_run) {
   const auto& workload = WorkloadRegistry::instance().get(spec.workload);
   torch::manual_seed(options_.seed);  // the same initial weights for every strategy and repetition
   const auto& info = StrategyRegistry::instance().get(spec.strategy);
@@ -265,6 +266,8 @@ std::unique_ptr<Strategy> Runner::start_strategy(const CaseSpec& spec, Optimizer
   setup.options = options_.strategy;
   setup.steps_per_run = steps;
   setup.process_group = info.multi_process ? group_ : nullptr;
+  setup.parity_run = parity_run;
+  setup.timeout_seconds = options_.timeout_seconds;
   strategy->setup(setup);
   return strategy;
 }
@@ -286,7 +289,7 @@ BatchLoader Runner::make_loader(const Dataset& dataset, const CaseSpec& spec, co
 Runner::Reference Runner::train_untimed(const CaseSpec& spec, int steps) {
   const auto& workload = WorkloadRegistry::instance().get(spec.workload);
   const auto& dataset = dataset_for(workload, spec.global_batch);
-  auto strategy = start_strategy(spec, parity_optimizer(workload), steps);
+  auto strategy = start_strategy(spec, parity_optimizer(workload), steps, /*parity_run=*/true);
   BatchLoader loader = make_loader(dataset, spec, *strategy);
   PhaseRecorder phases;
   Reference out;
@@ -347,6 +350,7 @@ ParityRecord Runner::measure_parity(const CaseSpec& spec) {
   p.reference_final_loss = ref_it->second.final_loss;
   p.max_rel_param_diff = max_relative_difference(result.parameters, ref_it->second.parameters);
   p.within_tolerance = std::isfinite(p.max_rel_param_diff) && p.max_rel_param_diff <= p.tolerance;
+  p.compared_by_loss = StrategyRegistry::instance().get(spec.strategy).asynchronous;
   return p;
 }
 
@@ -354,7 +358,17 @@ void Runner::judge_parity(CaseRecord& record, const ParityRecord& parity) const 
   ParityRecord p = parity;
   const auto& workload = WorkloadRegistry::instance().get(record.spec.workload);
   const bool synced_bn = StrategyRegistry::instance().get(record.spec.strategy).multi_process && options_.strategy.ddp.sync_bn;
-  if (!p.within_tolerance && workload.has_batch_norm() && record.spec.world_size > 1 && !synced_bn) {
+  if (p.compared_by_loss) {
+    // Asynchronous updates land on parameters other workers are reading: no tolerance applies to
+    // the parameters, but a loss that is no longer a number is a failed run.
+    p.note = "asynchronous updates: compared with single by loss at equal samples seen (" +
+             std::to_string(p.final_loss) + " against " + std::to_string(p.reference_final_loss) +
+             " after " + std::to_string(p.steps) + " steps), not by parameters";
+    if (!std::isfinite(p.final_loss)) {
+      record.status = CaseStatus::Failed;
+      record.reason = "parity: loss is not finite after " + std::to_string(p.steps) + " steps";
+    }
+  } else if (!p.within_tolerance && workload.has_batch_norm() && record.spec.world_size > 1 && !synced_bn) {
     p.note = "BatchNorm statistics are computed per device, so a difference from single is expected";
   } else if (!p.within_tolerance) {
     record.status = CaseStatus::Failed;
@@ -422,7 +436,7 @@ RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index)
   const auto& workload = WorkloadRegistry::instance().get(spec.workload);
   const auto& dataset = dataset_for(workload, spec.global_batch);
 
-  auto strategy = start_strategy(spec, training_optimizer(workload), options_.warmup + options_.steps);
+  auto strategy = start_strategy(spec, training_optimizer(workload), options_.warmup + options_.steps, false);
   BatchLoader loader = make_loader(dataset, spec, *strategy);
   MemoryProbe memory = group_ ? MemoryProbe(devices_, 1, devices_.is_cuda() ? group_->local_rank() : 0)
                               : MemoryProbe(devices_, spec.world_size);
@@ -461,7 +475,7 @@ RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index)
     for (auto* sink : sinks_) sink->on_progress(name, "warm-up", i + 1, options_.warmup);
   }
   memory.reset();
-  strategy->reset_comm_summary();
+  strategy->reset_measured_stats();
   if (options_.trace) {
     options_.trace->set_context(name, index);
     phases.set_trace(options_.trace);  // measured steps only: warm-up is not part of the picture
@@ -477,20 +491,46 @@ RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index)
     count_step();
     rep.step_seconds.push_back(std::chrono::duration<double>(stop - start).count());
     for (int p = 0; p < kPhaseCount; ++p) rep.phase_seconds[p] += phases.step_seconds()[p];
-    if (i == 0) rep.first_loss = loss.item<double>();
+    rep.step_losses.push_back(loss.item<double>());
     for (auto* sink : sinks_) {
       sink->on_progress(name, "rep " + std::to_string(index + 1) + "/" + std::to_string(options_.repetitions), i + 1,
                         options_.steps);
     }
   }
   rep.cpu_seconds = process_cpu_seconds() - cpu_start;
-  rep.final_loss = loss.item<double>();
+  rep.first_loss = rep.step_losses.front();
+  rep.final_loss = rep.step_losses.back();
   for (auto& p : rep.phase_seconds) p /= static_cast<double>(options_.steps);
   rep.memory = memory.read();
   rep.peak_rss_bytes = MemoryProbe::process_peak_rss_bytes();
   rep.comm = strategy->comm_summary();
+  rep.async = strategy->async_summary();
+  if (rep.async && !rep.async->worker_peak_rss_bytes.empty()) {
+    // The workers allocate in their own processes, out of this one's counters' sight: their peak
+    // RSS (in async) is the measure, and the per-device figures are unknown rather than zero.
+    for (auto& m : rep.memory) m.peak_allocated_bytes.reset();
+  }
   if (!std::isfinite(rep.final_loss)) throw CaseFailure("loss is not finite after " + std::to_string(options_.steps) + " steps");
   return rep;
+}
+
+std::optional<LossVsSingle> Runner::loss_against_single(const CaseRecord& c) const {
+  auto median_final_loss = [](const CaseRecord& r) {
+    std::vector<double> losses;
+    for (const auto& rep : r.repetitions) losses.push_back(rep.final_loss);
+    return stats::median(losses);
+  };
+  for (const auto& base : record_.cases) {
+    if (base.spec.workload != c.spec.workload || base.spec.strategy != "single" || base.repetitions.empty()) continue;
+    // Every repetition restarts from the same weights and batches, so the last measured step of
+    // each has seen the same samples under either strategy.
+    LossVsSingle l;
+    l.samples_seen = static_cast<std::int64_t>(options_.warmup + options_.steps) * c.spec.global_batch;
+    l.loss = median_final_loss(c);
+    l.reference_loss = median_final_loss(base);
+    return l;
+  }
+  return std::nullopt;
 }
 
 void Runner::finish_case_error(CaseRecord& record, const std::exception& error) {
@@ -608,6 +648,7 @@ RunRecord Runner::run() {
         c.scaling_efficiency = c.median_items_per_second() / (c.spec.world_size * base.median_items_per_second());
       }
     }
+    if (StrategyRegistry::instance().get(c.spec.strategy).asynchronous) c.loss_vs_single = loss_against_single(c);
     std::vector<double> means;
     for (const auto& r : c.repetitions) means.push_back(r.mean_step_seconds());
     c.noisy = means.size() >= 2 && stats::cv(means) > options_.max_cv;

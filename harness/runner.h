@@ -98,7 +98,8 @@ class Runner {
   std::int64_t global_batch_for(const Workload& workload) const;
   const Dataset& dataset_for(const Workload& workload, std::int64_t global_batch);
   // A strategy set up for `spec` from the run's seed, and the loader of its shard of the data.
-  std::unique_ptr<Strategy> start_strategy(const CaseSpec& spec, OptimizerFactory optimizer, int steps);
+  std::unique_ptr<Strategy> start_strategy(const CaseSpec& spec, OptimizerFactory optimizer, int steps,
+                                           bool parity_run);
   BatchLoader make_loader(const Dataset& dataset, const CaseSpec& spec, const Strategy& strategy) const;
   // Trains `steps` steps without timing; returns trained parameters (CPU copies) and the last loss.
   Reference train_untimed(const CaseSpec& spec, int steps);
@@ -112,6 +113,8 @@ class Runner {
   // Multi-process cases outside a rank process run on the launcher's ranks.
   bool delegated(const CaseSpec& spec) const;
   std::string run_on_ranks(const RankTask& task);
+  // An asynchronous case's final loss against single's at the same samples seen, if single ran.
+  std::optional<LossVsSingle> loss_against_single(const CaseRecord& c) const;
   void finish_case_error(CaseRecord& record, const std::exception& error);
   void notify_update();
   void handle_hang();

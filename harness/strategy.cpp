@@ -14,6 +14,8 @@ OptimizerFactory parity_optimizer(const Workload& workload) {
   return [&workload](std::vector<torch::Tensor> params) { return workload.make_parity_optimizer(std::move(params)); };
 }
 
+const char* to_string(HogwildMode mode) { return mode == HogwildMode::Threads ? "threads" : "processes"; }
+
 std::string CaseSpec::name() const { return workload + "/" + strategy + "/world:" + std::to_string(world_size); }
 
 StrategyRegistry& StrategyRegistry::instance() {

@@ -29,8 +29,19 @@ struct DdpOptions {
   int checkpoint_every = 0;          // --checkpoint-every (0: at the end of each repetition)
 };
 
+// How Hogwild's workers run (docs/hogwild.md).
+enum class HogwildMode { Threads, Processes };
+const char* to_string(HogwildMode mode);
+
+struct HogwildOptions {
+  HogwildMode mode = HogwildMode::Threads;  // --hogwild-mode
+  int sync_every = 1;                       // --sync-every: 1 is plain Hogwild
+  std::string worker_executable;            // the ddpbench binary, started for processes mode
+};
+
 struct StrategyOptions {
   DdpOptions ddp;
+  HogwildOptions hogwild;
 };
 
 // One point of the sweep: a workload under a strategy on `world_size` devices.
@@ -52,6 +63,20 @@ struct CommSummary {
   double allreduce_seconds_per_step = 0;    // time some all-reduce was in flight, per step
 };
 
+// What an asynchronous strategy's workers did since the last reset: how stale their updates were.
+struct AsyncSummary {
+  std::string mode;                  // "threads", "processes"
+  int workers = 0;
+  int sync_every = 1;
+  std::int64_t updates = 0;          // writes into the shared parameters
+  // Staleness of an update: how many other updates landed between the worker's read of the shared
+  // parameters and its write, from the shared update counter.
+  double staleness_median = 0;
+  std::int64_t staleness_max = 0;
+  double staleness_mean = 0;
+  std::vector<std::int64_t> worker_peak_rss_bytes;  // processes mode: each worker process's peak
+};
+
 using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
 
 struct StrategySetup {
@@ -65,6 +90,10 @@ struct StrategySetup {
   StrategyOptions options{};
   int steps_per_run = 0;                           // warm-up plus measured (or parity) steps
   ProcessGroupContext* process_group = nullptr;    // this process's rank group (multi-process strategies)
+  // The run is the parity check (make_optimizer is the workload's parity optimizer), for strategies
+  // that must rebuild the optimizer elsewhere, in another process.
+  bool parity_run = false;
+  double timeout_seconds = 300;  // --timeout: how long a strategy's own workers may take to answer
 };
 
 // The workload's own optimizer, for timed runs.
@@ -77,8 +106,9 @@ class Strategy {
   virtual ~Strategy() = default;
 
   // Why this case cannot run here (reported as skipped), or nothing.
-  std::optional<std::string> unsupported_reason(const CaseSpec& spec, const DeviceSet& devices) const {
-    return do_unsupported_reason(spec, devices);
+  std::optional<std::string> unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
+                                                const StrategyOptions& options) const {
+    return do_unsupported_reason(spec, devices, options);
   }
   // The part of each global batch this process trains on.
   DataShard data_shard() const { return do_data_shard(); }
@@ -90,10 +120,14 @@ class Strategy {
   std::vector<torch::Tensor> trained_parameters() { return do_trained_parameters(); }
   // Communication since the last reset (strategies that all-reduce), or nothing.
   std::optional<CommSummary> comm_summary() const { return do_comm_summary(); }
-  void reset_comm_summary() { do_reset_comm_summary(); }
+  // Staleness and update counts since the last reset (asynchronous strategies), or nothing.
+  std::optional<AsyncSummary> async_summary() const { return do_async_summary(); }
+  // Called when the measured steps begin: communication and staleness count from here.
+  void reset_measured_stats() { do_reset_measured_stats(); }
 
  protected:
-  virtual std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet&) const {
+  virtual std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet&,
+                                                           const StrategyOptions&) const {
     return std::nullopt;
   }
   virtual DataShard do_data_shard() const { return {}; }
@@ -101,7 +135,8 @@ class Strategy {
   virtual torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) = 0;
   virtual std::vector<torch::Tensor> do_trained_parameters() = 0;
   virtual std::optional<CommSummary> do_comm_summary() const { return std::nullopt; }
-  virtual void do_reset_comm_summary() {}
+  virtual std::optional<AsyncSummary> do_async_summary() const { return std::nullopt; }
+  virtual void do_reset_measured_stats() {}
 };
 
 struct StrategyInfo {
@@ -113,6 +148,9 @@ struct StrategyInfo {
   // One process per rank: the harness runs its cases in rank processes, spawned by ddpbench's
   // launcher or started by torchrun/Slurm, and gives each its process group.
   bool multi_process = false;
+  // Workers update shared parameters without synchronising: the strategy is compared with `single`
+  // by loss at equal samples seen, not by parameters (a difference is its price, not a failure).
+  bool asynchronous = false;
 };
 
 class StrategyRegistry {

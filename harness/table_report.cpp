@@ -52,7 +52,14 @@ std::string format_table(const RunRecord& record) {
     } else {
       row.insert(row.end(), {"-", "-", "-", "-", "-", "-"});
     }
-    if (c.parity) {
+    if (c.loss_vs_single) {
+      // Asynchronous: the loss against single's after the same samples is the number to read.
+      row.push_back(fmt("loss %.3fx", c.loss_vs_single->ratio()));
+    } else if (c.parity && c.parity->compared_by_loss) {
+      row.push_back(fmt("loss %.3fx", c.parity->reference_final_loss != 0
+                                         ? c.parity->final_loss / c.parity->reference_final_loss
+                                         : 0.0));
+    } else if (c.parity) {
       row.push_back(fmt("%.1e", c.parity->max_rel_param_diff) + (c.parity->within_tolerance ? " ok" : " DIFF"));
     } else {
       row.push_back("-");
@@ -60,6 +67,17 @@ std::string format_table(const RunRecord& record) {
     if (!c.reason.empty()) notes.push_back(c.spec.name() + ": " + c.reason);
     if (!c.note.empty()) notes.push_back(c.spec.name() + ": " + c.note);
     if (c.parity && !c.parity->note.empty()) notes.push_back(c.spec.name() + ": " + c.parity->note);
+    if (c.loss_vs_single) {
+      notes.push_back(c.spec.name() + fmt(": loss %.4f", c.loss_vs_single->loss) +
+                      fmt(" against single's %.4f", c.loss_vs_single->reference_loss) + " after " +
+                      std::to_string(c.loss_vs_single->samples_seen) + " samples");
+    }
+    if (!c.repetitions.empty() && c.repetitions.back().async) {
+      const auto& a = *c.repetitions.back().async;
+      notes.push_back(c.spec.name() + ": " + a.mode + ", " + std::to_string(a.workers) + " workers, sync every " +
+                      std::to_string(a.sync_every) + fmt(" step(s); staleness median %.1f", a.staleness_median) +
+                      ", max " + std::to_string(a.staleness_max) + " updates");
+    }
     rows.push_back(row);
   }
 

@@ -8,6 +8,8 @@
 #if DDPBENCH_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #if __has_include(<nccl.h>)
 #include <nccl.h>
@@ -81,6 +83,11 @@ CudaMemoryPeak cuda_peak_memory(int index) {
   return {stats.allocated_bytes[0].peak, stats.reserved_bytes[0].peak};
 }
 
+std::shared_ptr<void> use_pool_cuda_stream(int index) {
+  return std::make_shared<c10::cuda::CUDAStreamGuard>(
+      c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(index)));
+}
+
 #else  // CPU-only LibTorch
 
 std::optional<std::string> cuda_version() { return std::nullopt; }
@@ -91,6 +98,7 @@ void cuda_synchronize(int) {}
 void cuda_set_device(int) {}
 void cuda_reset_peak_memory(int) {}
 CudaMemoryPeak cuda_peak_memory(int) { return {}; }
+std::shared_ptr<void> use_pool_cuda_stream(int) { return nullptr; }
 
 #endif
 

@@ -7,6 +7,7 @@
 #include <torch/version.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -51,6 +52,10 @@ struct CudaMemoryPeak {
   std::int64_t peak_reserved_bytes = 0;
 };
 void cuda_reset_peak_memory(int index);
+// While the returned handle lives, the calling thread's current stream on CUDA device `index` is
+// one of LibTorch's pool streams (round-robin, so up to 32 concurrent holders get distinct ones).
+// On CPU-only builds it does nothing and returns an empty handle.
+std::shared_ptr<void> use_pool_cuda_stream(int index);
 CudaMemoryPeak cuda_peak_memory(int index);
 
 // A CPU generator seeded deterministically, independent of the global one.

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from . import results, stats  # noqa: E402
 
 PHASE_ORDER = ["data", "replicate", "scatter", "forward", "gather_loss", "backward", "reduce", "comm_exposed",
-               "optimizer", "checkpoint", "residual"]
+               "worker_wait", "optimizer", "checkpoint", "residual"]
 
 
 class Case:

@@ -5,7 +5,8 @@
 namespace ddpbench {
 
 std::optional<std::string> DataParallelStrategy::do_unsupported_reason(const CaseSpec& spec,
-                                                                       const DeviceSet& devices) const {
+                                                                       const DeviceSet& devices,
+                                                                       const StrategyOptions&) const {
   if (spec.world_size > devices.size()) {
     return "needs " + std::to_string(spec.world_size) + " devices, " + std::to_string(devices.size()) + " present";
   }

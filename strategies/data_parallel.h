@@ -21,7 +21,8 @@ namespace ddpbench {
 
 class DataParallelStrategy : public Strategy {
  protected:
-  std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices) const override;
+  std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
+                                                   const StrategyOptions& options) const override;
   void do_setup(const StrategySetup& setup) override;
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) final;
   std::vector<torch::Tensor> do_trained_parameters() override { return master_->parameters(); }

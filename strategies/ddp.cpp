@@ -50,7 +50,8 @@ void save_checkpoint(torch::nn::Module& model, const std::string& path) {
 
 class DdpStrategy final : public Strategy {
  protected:
-  std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet& devices) const override {
+  std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet& devices,
+                                                   const StrategyOptions&) const override {
     if (devices.is_cuda() && !compat::have_nccl()) return "this LibTorch has no NCCL, which ddp needs on CUDA";
     return std::nullopt;
   }
@@ -147,7 +148,7 @@ class DdpStrategy final : public Strategy {
     c.world_size = group_->size();
     return c;
   }
-  void do_reset_comm_summary() override { bucketer_->reset_stats(); }
+  void do_reset_measured_stats() override { bucketer_->reset_stats(); }
 
  private:
   ProcessGroupContext* group_ = nullptr;

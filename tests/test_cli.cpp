@@ -79,6 +79,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--dataset-size", "4"}, "--dataset-size", "cannot fill a global batch of 8"},
         BadInput{{"--max-cv", "-0.1"}, "--max-cv", "not a non-negative number"},
         BadInput{{"--trace", "/no/such/dir"}, "--trace", "does not exist"},
+        BadInput{{"--hogwild-mode", "fibers", "--strategy", "hogwild"}, "--hogwild-mode", "unknown mode 'fibers'"},
+        BadInput{{"--sync-every", "0", "--strategy", "hogwild"}, "--sync-every", "at least 1"},
+        BadInput{{"--sync-every", "2", "--strategy", "single"}, "--sync-every", "applies to hogwild only"},
+        BadInput{{"--hogwild-mode", "processes", "--strategy", "dp"}, "--hogwild-mode", "applies to hogwild only"},
         BadInput{{"--no-such-flag"}, "--no-such-flag", ""}));
 
 TEST(Cli, DeviceCudaWithoutCudaExitsTwo) {

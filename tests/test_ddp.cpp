@@ -29,6 +29,7 @@ namespace {
 
 using nlohmann::json;
 using testing::ddpbench_args;
+using testing::find_case;
 using testing::read_text;
 using testing::run_process;
 using testing::ScratchDir;
@@ -227,49 +228,9 @@ TEST(RankEnv, BadValuesNameTheVariable) {
 // ---- whole runs of real rank processes ------------------------------------------------------
 
 std::vector<std::string> ddp_run(const std::string& json_path, std::vector<std::string> extra) {
-  const std::vector<std::pair<std::string, std::string>> defaults = {
-      {"--device", "cpu"}, {"--steps", "3"},      {"--warmup", "1"},        {"--repetitions", "1"},
-      {"--workload", "mlp"}, {"--batch", "12"}, {"--dataset-size", "48"}, {"--timeout", "20"}};
-  std::vector<std::string> args;
-  for (const auto& [flag, value] : defaults) {
-    if (std::find(extra.begin(), extra.end(), flag) != extra.end()) continue;
-    args.insert(args.end(), {flag, value});
-  }
-  if (json_path.empty()) {
-    args.push_back("--no-json");
-  } else {
-    args.insert(args.end(), {"--json", json_path});
-  }
-  args.insert(args.end(), extra.begin(), extra.end());
-  return ddpbench_args(args);
-}
-
-const json* find_case(const json& doc, const std::string& name, const std::string& run_type = "iteration") {
-  for (const auto& b : doc["benchmarks"]) {
-    if (b["run_name"] == name && (b["run_type"] == run_type || b.contains("error_occurred"))) return &b;
-  }
-  return nullptr;
-}
-
-// Processes whose environment carries `marker`: what a run left behind.
-std::vector<int> processes_with(const std::string& marker) {
-  std::vector<int> found;
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return found;
-  while (dirent* e = readdir(proc)) {
-    const int pid = std::atoi(e->d_name);
-    if (pid <= 0 || pid == getpid()) continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/environ", std::ios::binary);
-    std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (env.find(marker) != std::string::npos) found.push_back(pid);
-  }
-  closedir(proc);
-  return found;
-}
-
-std::string unique_marker() {
-  return "DDPBENCH_TEST_MARKER=" + std::to_string(getpid()) + "-" +
-         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  return testing::ddpbench_run({{"--device", "cpu"}, {"--steps", "3"}, {"--warmup", "1"}, {"--repetitions", "1"},
+                                {"--workload", "mlp"}, {"--batch", "12"}, {"--dataset-size", "48"}, {"--timeout", "20"}},
+                               json_path, std::move(extra));
 }
 
 class DdpParity : public ::testing::TestWithParam<int> {};
@@ -330,16 +291,15 @@ TEST(DdpRun, Rank0SavesACheckpointThatLoadsIntoThePlainModel) {
 
 TEST(DdpRun, KilledRankFailsTheCaseNamesItAndLeavesNoProcess) {
   ScratchDir dir;
-  const std::string marker = unique_marker();
-  const auto eq = marker.find('=');
+  const auto marker = testing::unique_marker();
   const auto start = std::chrono::steady_clock::now();
   const auto r = run_process(ddp_run(dir.file("r.json"), {"--strategy", "single,ddp", "--repetitions", "2"}), 0,
-                             {{"DDPBENCH_FAULT_RANK", "1:kill"}, {marker.substr(0, eq), marker.substr(eq + 1)}});
+                             {{"DDPBENCH_FAULT_RANK", "1:kill"}, marker});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("rank 1 was killed by signal 9 (SIGKILL)"), std::string::npos) << r.err;
   EXPECT_LT(seconds, 20) << "the launcher waited for a timeout it did not need";
-  EXPECT_TRUE(processes_with(marker).empty()) << "a rank outlived the run";
+  EXPECT_TRUE(testing::processes_with(testing::marker_text(marker)).empty()) << "a rank outlived the run";
   // The case that finished is kept; the failed one says why.
   const json doc = json::parse(read_text(dir.file("r.json")));
   EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "ok");
@@ -350,27 +310,25 @@ TEST(DdpRun, KilledRankFailsTheCaseNamesItAndLeavesNoProcess) {
 
 TEST(DdpRun, HungRankIsKilledWithinTheTimeoutAndNamed) {
   ScratchDir dir;
-  const std::string marker = unique_marker();
-  const auto eq = marker.find('=');
+  const auto marker = testing::unique_marker();
   const auto start = std::chrono::steady_clock::now();
   const auto r = run_process(ddp_run(dir.file("r.json"), {"--strategy", "ddp", "--timeout", "4"}), 0,
-                             {{"DDPBENCH_FAULT_RANK", "1:hang"}, {marker.substr(0, eq), marker.substr(eq + 1)}});
+                             {{"DDPBENCH_FAULT_RANK", "1:hang"}, marker});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("rank 1 hung"), std::string::npos) << r.err;
   EXPECT_LT(seconds, 4 + 12) << "the run outlived its timeout by far";
-  EXPECT_TRUE(processes_with(marker).empty()) << "a rank outlived the run";
+  EXPECT_TRUE(testing::processes_with(testing::marker_text(marker)).empty()) << "a rank outlived the run";
 }
 
 TEST(DdpRun, SigtermToTheLauncherEndsEveryRank) {
   ScratchDir dir;
-  const std::string marker = unique_marker();
-  const auto eq = marker.find('=');
+  const auto marker = testing::unique_marker();
   // Long enough that the signal lands while the ranks train.
   const auto r = run_process(ddp_run(dir.file("r.json"), {"--strategy", "ddp", "--steps", "400"}), 3000,
-                             {{marker.substr(0, eq), marker.substr(eq + 1)}}, SIGTERM);
+                             {marker}, SIGTERM);
   EXPECT_EQ(r.exit_code, 130) << r.err;
-  EXPECT_TRUE(processes_with(marker).empty()) << "a rank outlived the launcher";
+  EXPECT_TRUE(testing::processes_with(testing::marker_text(marker)).empty()) << "a rank outlived the launcher";
 }
 
 // torchrun-style: two processes started by someone else, joining through the environment.

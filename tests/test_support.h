@@ -1,10 +1,14 @@
 #pragma once
 // Helpers shared by the test files: run the real ddpbench binary, make scratch directories.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -102,12 +106,65 @@ inline ProcessResult run_process(const std::vector<std::string>& args, int kill_
   return r;
 }
 
+// Processes whose environment carries `marker` (NAME=VALUE): what a run left behind.
+inline std::vector<int> processes_with(const std::string& marker) {
+  std::vector<int> found;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return found;
+  while (dirent* e = readdir(proc)) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0 || pid == getpid()) continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/environ", std::ios::binary);
+    std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (env.find(marker) != std::string::npos) found.push_back(pid);
+  }
+  closedir(proc);
+  return found;
+}
+
+// A NAME=VALUE no other process has, to find a run's processes by.
+inline std::pair<std::string, std::string> unique_marker() {
+  return {"DDPBENCH_TEST_MARKER", std::to_string(getpid()) + "-" +
+                                      std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())};
+}
+inline std::string marker_text(const std::pair<std::string, std::string>& marker) {
+  return marker.first + "=" + marker.second;
+}
+
 // The ddpbench binary built alongside the tests.
 inline std::string ddpbench_executable() { return DDPBENCH_EXECUTABLE; }
 
 inline std::vector<std::string> ddpbench_args(std::vector<std::string> extra) {
   extra.insert(extra.begin(), ddpbench_executable());
   return extra;
+}
+
+// ddpbench with `defaults` (each dropped where `extra` names the flag), then `extra`, writing its
+// JSON to `json_path` (--no-json when empty).
+inline std::vector<std::string> ddpbench_run(const std::vector<std::pair<std::string, std::string>>& defaults,
+                                             const std::string& json_path, std::vector<std::string> extra) {
+  std::vector<std::string> args;
+  for (const auto& [flag, value] : defaults) {
+    if (std::find(extra.begin(), extra.end(), flag) != extra.end()) continue;
+    args.insert(args.end(), {flag, value});
+  }
+  if (json_path.empty()) {
+    args.push_back("--no-json");
+  } else {
+    args.insert(args.end(), {"--json", json_path});
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  return ddpbench_args(args);
+}
+
+// The benchmark entry of case `name` in a results document: its first iteration (or its error
+// entry), or the first aggregate when `run_type` is "aggregate".
+inline const nlohmann::json* find_case(const nlohmann::json& doc, const std::string& name,
+                                       const std::string& run_type = "iteration") {
+  for (const auto& b : doc["benchmarks"]) {
+    if (b["run_name"] == name && (b["run_type"] == run_type || b.contains("error_occurred"))) return &b;
+  }
+  return nullptr;
 }
 
 }  // namespace ddpbench::testing

@@ -1,0 +1,187 @@
+// `hogwild`: N workers update one shared set of parameters without locks (docs/hogwild.md).
+//
+// A step is one global batch: each worker takes its even share of the rows and makes one update, so
+// after k steps hogwild has seen the same samples as `single` after k steps, and their losses can
+// be compared at equal samples seen. Inside a step the workers read and write the shared parameters
+// concurrently; the step ends when every worker's update is in (the harness needs a step to time,
+// and the next batch to hand out).
+//
+//   --hogwild-mode threads:   N threads of this process (DeviceWorkers), one HogwildWorker each.
+//   --hogwild-mode processes: N worker processes over POSIX shared memory (HogwildProcesses).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "harness/device_workers.h"
+#include "harness/stats.h"
+#include "harness/strategy.h"
+#include "harness/torch_compat.h"
+#include "strategies/hogwild_processes.h"
+#include "strategies/hogwild_worker.h"
+
+namespace ddpbench {
+namespace {
+
+// Even shards of `rows`, the first rows % n one row larger: every worker gets at least one row
+// (the harness checks that the batch has a sample per device).
+std::vector<std::int64_t> shard_rows(std::int64_t rows, int n) {
+  std::vector<std::int64_t> out(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) out[static_cast<size_t>(i)] = rows / n + (i < rows % n ? 1 : 0);
+  return out;
+}
+
+class HogwildStrategy final : public Strategy {
+ protected:
+  std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet& devices,
+                                                   const StrategyOptions& options) const override {
+    if (options.hogwild.mode == HogwildMode::Processes && devices.is_cuda()) {
+      return "hogwild processes mode on CUDA needs CUDA IPC handles, which ddpbench does not implement: use "
+             "--hogwild-mode threads";
+    }
+    if (options.hogwild.mode == HogwildMode::Processes && options.hogwild.worker_executable.empty()) {
+      return "hogwild processes mode starts worker processes of the ddpbench executable: run it through ddpbench";
+    }
+    return std::nullopt;
+  }
+
+  void do_setup(const StrategySetup& setup) override {
+    workload_ = &setup.workload;
+    options_ = setup.options.hogwild;
+    workers_count_ = setup.spec.world_size;
+    // On CUDA every worker shares device 0's parameters (each on its own stream); on the CPU the
+    // workers are the virtual devices, each with its share of the cores.
+    device_ = setup.devices.device(0);
+    cuda_ = setup.devices.is_cuda();
+    model_ = setup.model;
+    model_->to(device_);
+    model_->train();
+    if (options_.mode == HogwildMode::Processes) {
+      HogwildProcessesConfig config;
+      config.executable = options_.worker_executable;
+      config.workload = workload_;
+      config.workers = workers_count_;
+      config.sync_every = options_.sync_every;
+      config.threads_per_worker = setup.devices.threads_per_device();
+      config.parity_optimizer = setup.parity_run;
+      config.global_batch = setup.spec.global_batch;
+      config.timeout = std::chrono::milliseconds(static_cast<long long>(setup.timeout_seconds * 1000));
+      processes_ = std::make_unique<HogwildProcesses>(config, *model_);
+      return;
+    }
+    const auto parameters = model_->parameters();
+    const auto buffers = model_->buffers();
+    for (int i = 0; i < workers_count_; ++i) {
+      workers_.push_back(std::make_unique<HogwildWorker>(clone_model(*model_, device_), parameters, buffers, *workload_,
+                                                         setup.make_optimizer, options_.sync_every, updates_));
+    }
+    threads_ = std::make_unique<DeviceWorkers>(setup.devices, workers_count_);
+  }
+
+  torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
+    if (processes_) return step_processes(batch, phases);
+    torch::Tensor inputs, targets;
+    {
+      auto scope = phases.scope(Phase::Data);
+      inputs = batch.inputs.to(device_, /*non_blocking=*/true);
+      targets = batch.targets.to(device_, /*non_blocking=*/true);
+    }
+    const auto rows = shard_rows(inputs.size(0), workers_count_);
+    std::vector<std::int64_t> begin(rows.size(), 0);
+    for (size_t i = 1; i < rows.size(); ++i) begin[i] = begin[i - 1] + rows[i - 1];
+    std::vector<HogwildUpdate> updates(rows.size());
+    const double marked_before = marked(phases);
+    const auto start = std::chrono::steady_clock::now();
+    threads_->run([&](int i) {
+      const auto k = static_cast<size_t>(i);
+      std::shared_ptr<void> stream;
+      if (cuda_) {
+        compat::cuda_set_device(device_.index());
+        stream = compat::use_pool_cuda_stream(device_.index());
+      }
+      // Worker 0 stands for all in the phase breakdown: the workers run the same phases at once.
+      updates[k] = workers_[k]->step(inputs.narrow(0, begin[k], rows[k]), targets.narrow(0, begin[k], rows[k]),
+                                     i == 0 ? &phases : nullptr);
+    });
+    // What worker 0 did not mark of the parallel run: waking the workers and waiting for the last.
+    const double run = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    phases.add_measured(Phase::WorkerWait, std::max(0.0, run - (marked(phases) - marked_before)));
+    double loss = 0;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      loss += updates[k].loss * static_cast<double>(rows[k]);
+      if (updates[k].staleness) staleness_.push_back(*updates[k].staleness);
+    }
+    return torch::tensor(loss / static_cast<double>(inputs.size(0)), torch::kFloat64);
+  }
+
+  torch::Tensor step_processes(const Batch& batch, PhaseRecorder& phases) {
+    {
+      // Copying the batch into the shared buffer and handing out the rows: this mode's scatter.
+      auto scope = phases.scope(Phase::Scatter);
+      processes_->send(batch);
+    }
+    // Worker 0's phases as it timed them; the rest of the wait (pipes, wake-ups, a slower worker)
+    // is worker_wait.
+    const auto sent = std::chrono::steady_clock::now();
+    const HogwildProcessesStep result = processes_->wait();
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    for (int p = 0; p < kPhaseCount; ++p) {
+      if (result.worker0_phases[p] <= 0) continue;
+      phases.add_measured(static_cast<Phase>(p), result.worker0_phases[p]);
+      waited -= result.worker0_phases[p];
+    }
+    phases.add_measured(Phase::WorkerWait, std::max(0.0, waited));
+    staleness_.insert(staleness_.end(), result.staleness.begin(), result.staleness.end());
+    peak_rss_ = result.peak_rss_bytes;
+    return torch::tensor(result.loss, torch::kFloat64);
+  }
+
+  // Seconds marked so far in this step.
+  static double marked(const PhaseRecorder& phases) {
+    double sum = 0;
+    for (double s : phases.step_seconds()) sum += s;
+    return sum;
+  }
+
+  std::vector<torch::Tensor> do_trained_parameters() override { return model_->parameters(); }
+
+  std::optional<AsyncSummary> do_async_summary() const override {
+    AsyncSummary s;
+    s.mode = to_string(options_.mode);
+    s.workers = workers_count_;
+    s.sync_every = options_.sync_every;
+    s.updates = static_cast<std::int64_t>(staleness_.size());
+    if (!staleness_.empty()) {
+      std::vector<double> values(staleness_.begin(), staleness_.end());
+      s.staleness_median = stats::median(values);
+      s.staleness_mean = stats::mean(values);
+      s.staleness_max = *std::max_element(staleness_.begin(), staleness_.end());
+    }
+    s.worker_peak_rss_bytes = peak_rss_;
+    return s;
+  }
+
+  void do_reset_measured_stats() override { staleness_.clear(); }
+
+ private:
+  const Workload* workload_ = nullptr;
+  HogwildOptions options_;
+  int workers_count_ = 1;
+  c10::Device device_{c10::kCPU};
+  bool cuda_ = false;
+  // Declared before the model, so the shared memory outlives the model's views of it.
+  std::unique_ptr<HogwildProcesses> processes_;
+  ModelPtr model_;  // its parameters are the shared ones
+  std::atomic<std::uint64_t> updates_{0};
+  std::vector<std::unique_ptr<HogwildWorker>> workers_;
+  std::unique_ptr<DeviceWorkers> threads_;
+  std::vector<std::int64_t> staleness_;  // of every update that wrote, since the last reset
+  std::vector<std::int64_t> peak_rss_;   // processes mode: each worker process's peak
+};
+
+}  // namespace
+
+DDPBENCH_REGISTER_STRATEGY({"hogwild", "N workers update shared parameters without locks (threads or processes)", 4,
+                            /*uses_all_devices=*/true, [] { return std::make_unique<HogwildStrategy>(); },
+                            /*multi_process=*/false, /*asynchronous=*/true});
+
+}  // namespace ddpbench

@@ -1,0 +1,494 @@
+#include "strategies/hogwild_processes.h"
+
+#include <ATen/Parallel.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "harness/errors.h"
+#include "strategies/hogwild_worker.h"
+
+extern char** environ;
+
+namespace ddpbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint64_t kMagic = 0x646470626877676bULL;  // "ddpbhwgk"
+constexpr int kMaxTensors = 1024;
+constexpr int kMaxDims = 8;
+// The descriptors a worker finds its command pipe, reply pipe and shared memory at.
+constexpr int kCommandFd = 3, kReplyFd = 4, kSharedFd = 5;
+constexpr const char* kWorkerVariable = "DDPBENCH_HOGWILD_WORKER";
+constexpr const char* kParentVariable = "DDPBENCH_HOGWILD_PARENT";
+
+std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
+
+struct BatchSlot {
+  std::int64_t offset = 0;
+  std::int32_t dtype = 0;  // c10::ScalarType
+  std::int32_t dims = 0;
+  std::int64_t sizes[kMaxDims] = {};  // sizes[0] is the global batch
+};
+
+}  // namespace
+
+// The head of the shared object; tensors and the batch buffer follow at the recorded offsets.
+struct ControlBlock {
+  std::uint64_t magic;
+  std::atomic<std::uint64_t> updates;  // the shared update counter (staleness is read off it)
+  char workload[64];
+  std::int32_t workers, sync_every, threads_per_worker, parity_optimizer;
+  std::int32_t parameter_count, buffer_count;
+  std::int64_t tensor_offset[kMaxTensors];  // parameters, then buffers, in module order
+  std::int64_t tensor_bytes[kMaxTensors];
+  BatchSlot inputs, targets;
+};
+
+namespace {
+
+// Parent to worker: train on rows [row_begin, row_begin + rows) of the batch buffer.
+struct Command {
+  std::int64_t step;
+  std::int64_t row_begin;
+  std::int64_t rows;
+};
+
+// Worker to parent; smaller than PIPE_BUF, so each write arrives whole.
+struct Reply {
+  enum Kind : std::int32_t { Ready, Update, Error };
+  Kind kind;
+  std::int32_t wrote;  // the update wrote into the shared parameters (staleness is valid)
+  std::int64_t staleness;
+  double loss;
+  double forward_seconds, backward_seconds, optimizer_seconds;
+  std::int64_t peak_rss_bytes;
+  char message[512];
+};
+static_assert(sizeof(Reply) < PIPE_BUF, "a reply must be written atomically");
+
+bool read_exactly(int fd, void* data, std::size_t size) {
+  auto* p = static_cast<char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::read(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+bool write_exactly(int fd, const void* data, std::size_t size) {
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+std::string signal_text(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return std::to_string(sig) + " (" + (abbrev ? std::string("SIG") + abbrev : "unknown") + ")";
+}
+
+std::string exit_text(int status) {
+  if (WIFSIGNALED(status)) return "was killed by signal " + signal_text(WTERMSIG(status));
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  return "ended";
+}
+
+std::int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
+}
+
+torch::Tensor tensor_at(void* base, std::int64_t offset, c10::IntArrayRef sizes, c10::ScalarType dtype) {
+  return torch::from_blob(static_cast<char*>(base) + offset, sizes, torch::TensorOptions().dtype(dtype));
+}
+
+torch::Tensor batch_at(void* base, const BatchSlot& slot) {
+  return tensor_at(base, slot.offset, c10::IntArrayRef(slot.sizes, static_cast<std::size_t>(slot.dims)),
+                   static_cast<c10::ScalarType>(slot.dtype));
+}
+
+BatchSlot batch_slot(const torch::Tensor& sample, std::int64_t global_batch, std::size_t& offset) {
+  if (sample.dim() > kMaxDims) throw CaseFailure("hogwild: a batch tensor has more than 8 dimensions");
+  BatchSlot slot;
+  slot.offset = static_cast<std::int64_t>(offset);
+  slot.dtype = static_cast<std::int32_t>(sample.scalar_type());
+  slot.dims = static_cast<std::int32_t>(sample.dim());
+  slot.sizes[0] = global_batch;
+  for (int d = 1; d < sample.dim(); ++d) slot.sizes[d] = sample.size(d);
+  offset += align64(static_cast<std::size_t>(sample.numel() / std::max<std::int64_t>(1, sample.size(0)) * global_batch) *
+                    sample.element_size());
+  return slot;
+}
+
+// The shared tensors, over the worker's own model's shapes (checked against the parent's bytes).
+void shared_tensors(void* base, const ControlBlock& control, WorkloadModel& model, std::vector<torch::Tensor>& parameters,
+                    std::vector<torch::Tensor>& buffers) {
+  const auto own_parameters = model.parameters();
+  const auto own_buffers = model.buffers();
+  if (static_cast<int>(own_parameters.size()) != control.parameter_count ||
+      static_cast<int>(own_buffers.size()) != control.buffer_count) {
+    throw std::runtime_error("the worker's model does not match the parent's");
+  }
+  int i = 0;
+  auto place = [&](const torch::Tensor& like) {
+    if (static_cast<std::int64_t>(like.numel() * like.element_size()) != control.tensor_bytes[i]) {
+      throw std::runtime_error("the worker's model does not match the parent's");
+    }
+    return tensor_at(base, control.tensor_offset[i++], like.sizes(), like.scalar_type());
+  };
+  for (const auto& p : own_parameters) parameters.push_back(place(p));
+  for (const auto& b : own_buffers) buffers.push_back(place(b));
+}
+
+// DDPBENCH_FAULT_WORKER=<index>:kill or <index>:hang, for the tests: that worker SIGKILLs itself, or
+// stops replying, when told to do its third update.
+std::string worker_fault(int index) {
+  const char* spec = std::getenv("DDPBENCH_FAULT_WORKER");
+  if (spec == nullptr) return {};
+  const std::string s = spec;
+  const auto colon = s.find(':');
+  if (colon == std::string::npos || s.substr(0, colon) != std::to_string(index)) return {};
+  return s.substr(colon + 1);
+}
+
+}  // namespace
+
+HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel& model) : config_(std::move(config)) {
+  // A write to a dead worker's command pipe must fail with EPIPE (and name the worker), not end
+  // this process with SIGPIPE.
+  ::signal(SIGPIPE, SIG_IGN);
+  const auto parameters = model.parameters();
+  const auto buffers = model.buffers();
+  if (parameters.size() + buffers.size() > static_cast<std::size_t>(kMaxTensors)) {
+    throw CaseFailure("hogwild processes mode: the model has more than " + std::to_string(kMaxTensors) + " tensors");
+  }
+  if (config_.workload->name().size() >= sizeof(ControlBlock::workload)) {
+    throw CaseFailure("hogwild processes mode: workload name too long");
+  }
+  // Where everything goes: the control block, each tensor, the batch buffer.
+  std::size_t offset = align64(sizeof(ControlBlock));
+  std::vector<std::int64_t> tensor_offsets;
+  for (const auto* list : {&parameters, &buffers}) {
+    for (const auto& t : *list) {
+      tensor_offsets.push_back(static_cast<std::int64_t>(offset));
+      offset += align64(static_cast<std::size_t>(t.numel() * t.element_size()));
+    }
+  }
+  const Dataset sample = config_.workload->make_dataset(1, config_.seed);
+  const BatchSlot inputs = batch_slot(sample.inputs, config_.global_batch, offset);
+  const BatchSlot targets = batch_slot(sample.targets, config_.global_batch, offset);
+
+  region_ = SharedMemoryRegion::create(offset, "ddpbench-hogwild");
+  control_ = new (region_.data()) ControlBlock{};
+  control_->magic = kMagic;
+  control_->updates.store(0);
+  std::strncpy(control_->workload, config_.workload->name().c_str(), sizeof(control_->workload) - 1);
+  control_->workers = config_.workers;
+  control_->sync_every = config_.sync_every;
+  control_->threads_per_worker = config_.threads_per_worker;
+  control_->parity_optimizer = config_.parity_optimizer ? 1 : 0;
+  control_->parameter_count = static_cast<std::int32_t>(parameters.size());
+  control_->buffer_count = static_cast<std::int32_t>(buffers.size());
+  control_->inputs = inputs;
+  control_->targets = targets;
+
+  // The parent's model moves into the shared object: its values are copied there once, and from
+  // then on its tensors are views of it (no per-step copies into shared memory).
+  {
+    torch::NoGradGuard no_grad;
+    int i = 0;
+    for (const auto* list : {&parameters, &buffers}) {
+      for (auto t : *list) {
+        control_->tensor_offset[i] = tensor_offsets[static_cast<std::size_t>(i)];
+        control_->tensor_bytes[i] = t.numel() * static_cast<std::int64_t>(t.element_size());
+        auto shared = tensor_at(region_.data(), tensor_offsets[static_cast<std::size_t>(i)], t.sizes(), t.scalar_type());
+        shared.copy_(t);
+        t.set_data(shared);
+        ++i;
+      }
+    }
+  }
+
+  workers_.resize(static_cast<std::size_t>(config_.workers));
+  try {
+    for (int w = 0; w < config_.workers; ++w) spawn(w);
+    collect("start", [](int, const Reply&) {});
+  } catch (...) {
+    stop_all(/*kill_now=*/true);
+    throw;
+  }
+}
+
+HogwildProcesses::~HogwildProcesses() { stop_all(/*kill_now=*/false); }
+
+std::vector<pid_t> HogwildProcesses::worker_pids() const {
+  std::vector<pid_t> pids;
+  for (const auto& w : workers_) pids.push_back(w.pid);
+  return pids;
+}
+
+void HogwildProcesses::spawn(int index) {
+  auto& w = workers_[static_cast<std::size_t>(index)];
+  int command[2], reply[2];
+  if (::pipe2(command, O_CLOEXEC) != 0) throw CaseFailure(std::string("hogwild: pipe: ") + std::strerror(errno));
+  if (::pipe2(reply, O_CLOEXEC) != 0) {
+    ::close(command[0]);
+    ::close(command[1]);
+    throw CaseFailure(std::string("hogwild: pipe: ") + std::strerror(errno));
+  }
+  // The child's ends are moved above the fixed numbers first, so that no dup2 onto 3, 4 or 5
+  // closes a source still to be duplicated.
+  const int child_command = ::fcntl(command[0], F_DUPFD_CLOEXEC, 10);
+  const int child_reply = ::fcntl(reply[1], F_DUPFD_CLOEXEC, 10);
+  const int child_shared = ::fcntl(region_.fd(), F_DUPFD_CLOEXEC, 10);
+  ::close(command[0]);
+  ::close(reply[1]);
+  w.command_fd = command[1];
+  w.reply_fd = reply[0];
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, child_command, kCommandFd);
+  posix_spawn_file_actions_adddup2(&actions, child_reply, kReplyFd);
+  posix_spawn_file_actions_adddup2(&actions, child_shared, kSharedFd);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  // Its own process group: a Ctrl-C at the terminal reaches the parent, which ends the workers at
+  // a step boundary, instead of killing workers mid-update.
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (entry.rfind(std::string(kWorkerVariable) + "=", 0) == 0 || entry.rfind(std::string(kParentVariable) + "=", 0) == 0) continue;
+    env.push_back(entry);
+  }
+  env.push_back(std::string(kWorkerVariable) + "=" + std::to_string(index));
+  env.push_back(std::string(kParentVariable) + "=" + std::to_string(::getpid()));
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string exe = config_.executable;
+  char* argv[] = {exe.data(), nullptr};
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, exe.c_str(), &actions, &attr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  ::close(child_command);
+  ::close(child_reply);
+  ::close(child_shared);
+  if (rc != 0) throw CaseFailure("hogwild: cannot start worker " + std::to_string(index) + " (" + exe + "): " + std::strerror(rc));
+  w.pid = pid;
+  w.running = true;
+}
+
+template <typename OnReply>
+void HogwildProcesses::collect(const char* what, OnReply on_reply) {
+  std::vector<bool> pending(workers_.size(), true);
+  std::size_t left = workers_.size();
+  const auto deadline = Clock::now() + config_.timeout;
+  while (left > 0) {
+    std::vector<pollfd> fds;
+    std::vector<int> index;
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      if (!pending[i]) continue;
+      fds.push_back({workers_[i].reply_fd, POLLIN, 0});
+      index.push_back(static_cast<int>(i));
+    }
+    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (remaining <= 0) {
+      fail(index.front(), std::string("hung: no reply to '") + what + "' within " +
+                              std::to_string(config_.timeout.count() / 1000.0).substr(0, 5) + " s (--timeout)");
+    }
+    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(remaining, 1000)));
+    if (n < 0 && errno != EINTR) fail(index.front(), std::string("poll failed: ") + std::strerror(errno));
+    for (std::size_t k = 0; n > 0 && k < fds.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      const int i = index[k];
+      Reply reply{};
+      if (!read_exactly(workers_[static_cast<std::size_t>(i)].reply_fd, &reply, sizeof(reply))) {
+        // End of file: the worker is gone. Its exit status says how.
+        int status = 0;
+        auto& w = workers_[static_cast<std::size_t>(i)];
+        ::waitpid(w.pid, &status, 0);
+        w.running = false;
+        fail(i, exit_text(status));
+      }
+      if (reply.kind == Reply::Error) {
+        reply.message[sizeof(reply.message) - 1] = '\0';
+        fail(i, std::string("failed: ") + reply.message);
+      }
+      on_reply(i, reply);
+      pending[static_cast<std::size_t>(i)] = false;
+      --left;
+    }
+  }
+}
+
+void HogwildProcesses::fail(int index, const std::string& reason) {
+  stop_all(/*kill_now=*/true);
+  throw CaseFailure("hogwild worker " + std::to_string(index) + " " + reason);
+}
+
+void HogwildProcesses::stop_all(bool kill_now) {
+  for (auto& w : workers_) {
+    if (w.command_fd >= 0) ::close(w.command_fd);  // end of file: a healthy worker exits
+    w.command_fd = -1;
+    if (kill_now && w.running) ::kill(w.pid, SIGKILL);
+  }
+  const auto grace = Clock::now() + std::chrono::seconds(5);
+  for (auto& w : workers_) {
+    while (w.running) {
+      int status = 0;
+      const pid_t r = ::waitpid(w.pid, &status, WNOHANG);
+      if (r == w.pid || (r < 0 && errno == ECHILD)) {
+        w.running = false;
+      } else if (Clock::now() >= grace) {
+        ::kill(w.pid, SIGKILL);
+        ::waitpid(w.pid, &status, 0);
+        w.running = false;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
+    if (w.reply_fd >= 0) ::close(w.reply_fd);
+    w.reply_fd = -1;
+  }
+}
+
+void HogwildProcesses::send(const Batch& batch) {
+  const std::int64_t rows = batch.inputs.size(0);
+  if (rows > config_.global_batch || batch.targets.size(0) != rows) {
+    throw CaseFailure("hogwild processes mode: a batch larger than the global batch");
+  }
+  {
+    torch::NoGradGuard no_grad;
+    batch_at(region_.data(), control_->inputs).narrow(0, 0, rows).copy_(batch.inputs);
+    batch_at(region_.data(), control_->targets).narrow(0, 0, rows).copy_(batch.targets);
+  }
+  // Even shards, the first rows % workers one row larger (as torch.chunk would not: no empty shard).
+  const std::int64_t n = static_cast<std::int64_t>(workers_.size());
+  shard_rows_.assign(workers_.size(), 0);
+  rows_ = rows;
+  std::int64_t begin = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    shard_rows_[static_cast<std::size_t>(i)] = rows / n + (i < rows % n ? 1 : 0);
+    const Command command{next_step_, begin, shard_rows_[static_cast<std::size_t>(i)]};
+    begin += command.rows;
+    if (!write_exactly(workers_[static_cast<std::size_t>(i)].command_fd, &command, sizeof(command))) {
+      int status = 0;
+      auto& w = workers_[static_cast<std::size_t>(i)];
+      ::waitpid(w.pid, &status, 0);
+      w.running = false;
+      fail(static_cast<int>(i), exit_text(status));
+    }
+  }
+  ++next_step_;
+}
+
+HogwildProcessesStep HogwildProcesses::wait() {
+  HogwildProcessesStep out;
+  out.peak_rss_bytes.resize(workers_.size());
+  double weighted_loss = 0;
+  collect("update", [&](int i, const Reply& reply) {
+    weighted_loss += reply.loss * static_cast<double>(shard_rows_[static_cast<std::size_t>(i)]);
+    if (reply.wrote) out.staleness.push_back(reply.staleness);
+    out.peak_rss_bytes[static_cast<std::size_t>(i)] = reply.peak_rss_bytes;
+    if (i == 0) {
+      out.worker0_phases[static_cast<int>(Phase::Forward)] = reply.forward_seconds;
+      out.worker0_phases[static_cast<int>(Phase::Backward)] = reply.backward_seconds;
+      out.worker0_phases[static_cast<int>(Phase::Optimizer)] = reply.optimizer_seconds;
+    }
+  });
+  out.loss = weighted_loss / static_cast<double>(rows_);
+  return out;
+}
+
+bool is_hogwild_worker_process() { return std::getenv(kWorkerVariable) != nullptr; }
+
+int hogwild_worker_main() {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the parent
+  const char* parent = std::getenv(kParentVariable);
+  if (parent == nullptr || std::to_string(::getppid()) != parent) return 1;  // the parent is gone already
+  const int index = std::atoi(std::getenv(kWorkerVariable));
+  ::fcntl(kCommandFd, F_SETFD, FD_CLOEXEC);
+  ::fcntl(kReplyFd, F_SETFD, FD_CLOEXEC);
+  auto send_error = [&](const std::string& message) {
+    Reply reply{};
+    reply.kind = Reply::Error;
+    std::strncpy(reply.message, message.substr(0, message.find('\n')).c_str(), sizeof(reply.message) - 1);
+    write_exactly(kReplyFd, &reply, sizeof(reply));
+  };
+  try {
+    SharedMemoryRegion region = SharedMemoryRegion::attach(kSharedFd);
+    auto& control = *static_cast<ControlBlock*>(region.data());
+    if (region.size() < sizeof(ControlBlock) || control.magic != kMagic) throw std::runtime_error("not a hogwild control block");
+    const Workload& workload = WorkloadRegistry::instance().get(control.workload);
+    at::set_num_threads(control.threads_per_worker);
+    ModelPtr model = workload.make_model();
+    std::vector<torch::Tensor> parameters, buffers;
+    shared_tensors(region.data(), control, *model, parameters, buffers);
+    const OptimizerFactory optimizer = control.parity_optimizer ? parity_optimizer(workload) : training_optimizer(workload);
+    HogwildWorker worker(model, parameters, buffers, workload, optimizer, control.sync_every, control.updates);
+    const torch::Tensor inputs = batch_at(region.data(), control.inputs);
+    const torch::Tensor targets = batch_at(region.data(), control.targets);
+    const std::string fault = worker_fault(index);
+
+    Reply ready{};
+    ready.kind = Reply::Ready;
+    if (!write_exactly(kReplyFd, &ready, sizeof(ready))) return 1;
+    PhaseRecorder phases;
+    Command command{};
+    while (read_exactly(kCommandFd, &command, sizeof(command))) {  // end of file: the run is over
+      if (command.step == 2 && fault == "kill") ::raise(SIGKILL);                               // injected fault
+      while (command.step == 2 && fault == "hang") std::this_thread::sleep_for(std::chrono::seconds(1));  // injected
+      phases.begin_step();
+      const HogwildUpdate update =
+          worker.step(inputs.narrow(0, command.row_begin, command.rows), targets.narrow(0, command.row_begin, command.rows), &phases);
+      phases.end_step();
+      Reply reply{};
+      reply.kind = Reply::Update;
+      reply.loss = update.loss;
+      reply.wrote = update.staleness.has_value() ? 1 : 0;
+      reply.staleness = update.staleness.value_or(0);
+      reply.forward_seconds = phases.step_seconds()[static_cast<int>(Phase::Forward)];
+      reply.backward_seconds = phases.step_seconds()[static_cast<int>(Phase::Backward)];
+      reply.optimizer_seconds = phases.step_seconds()[static_cast<int>(Phase::Optimizer)];
+      reply.peak_rss_bytes = peak_rss_bytes();
+      if (!write_exactly(kReplyFd, &reply, sizeof(reply))) return 1;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    send_error(e.what());
+    return 1;
+  }
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,93 @@
+#pragma once
+// Hogwild's processes mode: the model's parameters and buffers, the shared update counter and a
+// batch buffer live in one POSIX shared-memory object that N worker processes map. Workers are
+// started with fork+exec of the ddpbench executable (posix_spawn: never a bare fork of this
+// multi-threaded process) and get the object and two pipes by file descriptor. Per step the parent
+// copies the global batch into the (reused) batch buffer and sends each worker its rows; each worker
+// updates the shared parameters in place, without locks, and replies with its loss and staleness.
+//
+// Faults: a worker that dies shows as end-of-file on its pipe, and the step fails naming it and how
+// it ended; a worker that hangs fails the step after the timeout. Either way every worker left is
+// killed and reaped. Workers die with the parent (PR_SET_PDEATHSIG), and the shared object has no
+// name after its creation (SharedMemoryRegion), so nothing outlives a run, however it ends.
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/data_loader.h"
+#include "harness/phase_recorder.h"
+#include "harness/shared_memory.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+
+struct HogwildProcessesConfig {
+  std::string executable;  // the ddpbench binary
+  const Workload* workload = nullptr;
+  int workers = 2;
+  int sync_every = 1;
+  int threads_per_worker = 1;
+  bool parity_optimizer = false;  // the workload's parity optimizer instead of its own
+  std::int64_t global_batch = 0;
+  std::uint64_t seed = 0;
+  std::chrono::milliseconds timeout{300000};
+};
+
+struct HogwildProcessesStep {
+  double loss = 0;  // over the global batch
+  std::vector<std::int64_t> staleness;  // of the workers' updates that wrote this step
+  PhaseSeconds worker0_phases{};        // forward, backward, optimizer as worker 0 timed them
+  std::vector<std::int64_t> peak_rss_bytes;  // each worker process's peak so far
+};
+
+class HogwildProcesses {
+ public:
+  // Moves `model`'s parameters and buffers into shared memory (the model keeps working on them),
+  // starts the workers and waits until each has mapped them. Throws CaseFailure naming a worker
+  // that could not start.
+  HogwildProcesses(HogwildProcessesConfig config, WorkloadModel& model);
+  ~HogwildProcesses();  // ends the workers: end-of-file on their command pipes, SIGKILL after a grace
+  HogwildProcesses(const HogwildProcesses&) = delete;
+  HogwildProcesses& operator=(const HogwildProcesses&) = delete;
+
+  // One update by every worker on its rows of `batch`, in two halves: send() copies the batch into
+  // the shared buffer and hands out the rows, wait() collects every worker's reply. Both throw
+  // CaseFailure naming a failed worker.
+  void send(const Batch& batch);
+  HogwildProcessesStep wait();
+
+  std::vector<pid_t> worker_pids() const;
+
+ private:
+  struct Worker {
+    pid_t pid = -1;
+    int command_fd = -1;  // parent writes
+    int reply_fd = -1;    // parent reads
+    bool running = false;
+  };
+  void spawn(int index);
+  // Reads one reply from every worker in `pending` within the timeout; fails the step on a fault.
+  template <typename OnReply>
+  void collect(const char* what, OnReply on_reply);
+  [[noreturn]] void fail(int index, const std::string& reason);
+  void stop_all(bool kill_now);
+
+  HogwildProcessesConfig config_;
+  SharedMemoryRegion region_;
+  struct ControlBlock* control_ = nullptr;
+  std::vector<Worker> workers_;
+  std::int64_t next_step_ = 0;
+  std::vector<std::int64_t> shard_rows_;  // of the step in flight
+  std::int64_t rows_ = 0;
+};
+
+// A worker process: ddpbench started with DDPBENCH_HOGWILD_WORKER set. Returns its exit code.
+bool is_hogwild_worker_process();
+int hogwild_worker_main();
+
+}  // namespace ddpbench

@@ -1,0 +1,103 @@
+#include "strategies/hogwild_worker.h"
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include <stdexcept>
+
+namespace ddpbench {
+namespace {
+
+// Re-points `tensor` at `storage_of`'s storage. The tensor keeps its own TensorImpl, so its version
+// counter and its .grad stay its own: another worker's in-place write into the shared storage does
+// not trip this worker's autograd checks (the same reason Python's Hogwild uses `.data`).
+void share_storage(torch::Tensor& tensor, const torch::Tensor& storage_of) {
+  if (!tensor.sizes().equals(storage_of.sizes()) || tensor.scalar_type() != storage_of.scalar_type()) {
+    throw std::logic_error("hogwild: a worker's model does not match the shared parameters");
+  }
+  tensor.set_data(storage_of.variable_data());
+}
+
+// A phase range when the caller records phases (worker 0), nothing otherwise.
+struct PhaseIfRecorded {
+  PhaseIfRecorded(PhaseRecorder* phases, Phase phase) {
+    if (phases) scope.emplace(*phases, phase);
+  }
+  std::optional<PhaseRecorder::Scope> scope;
+};
+
+}  // namespace
+
+HogwildWorker::HogwildWorker(ModelPtr model, const std::vector<torch::Tensor>& shared_parameters,
+                             const std::vector<torch::Tensor>& shared_buffers, const Workload& workload,
+                             const OptimizerFactory& make_optimizer, int sync_every,
+                             std::atomic<std::uint64_t>& updates)
+    : workload_(workload), model_(std::move(model)), sync_every_(sync_every), updates_(updates) {
+  if (sync_every_ < 1) throw std::logic_error("hogwild: sync_every must be at least 1");
+  torch::NoGradGuard no_grad;
+  model_->train();
+  parameters_ = model_->parameters();
+  auto buffers = model_->buffers();
+  if (parameters_.size() != shared_parameters.size() || buffers.size() != shared_buffers.size()) {
+    throw std::logic_error("hogwild: a worker's model does not match the shared parameters");
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) share_storage(buffers[i], shared_buffers[i]);
+  read_ticket_ = updates_.load(std::memory_order_acquire);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (sync_every_ == 1) {
+      share_storage(parameters_[i], shared_parameters[i]);
+    } else {
+      parameters_[i].copy_(shared_parameters[i]);
+      shared_.push_back(shared_parameters[i].detach());
+      snapshot_.push_back(parameters_[i].detach().clone());
+    }
+  }
+  optimizer_ = make_optimizer(parameters_);
+}
+
+HogwildUpdate HogwildWorker::step(const torch::Tensor& inputs, const torch::Tensor& targets, PhaseRecorder* phases) {
+  HogwildUpdate update;
+  if (sync_every_ == 1) read_ticket_ = updates_.load(std::memory_order_acquire);
+  torch::Tensor loss;
+  {
+    PhaseIfRecorded scope(phases, Phase::Forward);
+    loss = workload_.loss(model_->forward(inputs), targets);
+  }
+  std::vector<torch::Tensor> grads;
+  {
+    PhaseIfRecorded scope(phases, Phase::Backward);
+    // Gradients come back as new tensors: nothing accumulates into a .grad another worker could see.
+    grads = torch::autograd::grad({loss}, parameters_, /*grad_outputs=*/{}, /*retain_graph=*/false,
+                                  /*create_graph=*/false, /*allow_unused=*/true);
+  }
+  {
+    PhaseIfRecorded scope(phases, Phase::Optimizer);
+    for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].mutable_grad() = grads[i];
+    optimizer_->step();  // sync_every 1: in place into the shared storage, without a lock
+    for (auto& p : parameters_) p.mutable_grad() = torch::Tensor();
+    ++local_steps_;
+    if (sync_every_ == 1) {
+      update.staleness = static_cast<std::int64_t>(updates_.fetch_add(1, std::memory_order_acq_rel) - read_ticket_);
+    } else if (local_steps_ % sync_every_ == 0) {
+      update.staleness = sync();
+    }
+  }
+  update.loss = loss.item<double>();
+  return update;
+}
+
+std::int64_t HogwildWorker::sync() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    parameters_[i].sub_(snapshot_[i]);  // what this worker learnt since its last sync, in place
+    shared_[i].add_(parameters_[i]);     // lock-free: other workers may be adding theirs
+  }
+  const auto staleness = static_cast<std::int64_t>(updates_.fetch_add(1, std::memory_order_acq_rel) - read_ticket_);
+  read_ticket_ = updates_.load(std::memory_order_acquire);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    parameters_[i].copy_(shared_[i]);
+    snapshot_[i].copy_(parameters_[i]);
+  }
+  return staleness;
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,317 @@
+// hogwild: the worker (shared storage, private copies, staleness), the strategy in both modes on
+// real threads and real worker processes over shared memory, and whole runs: the loss falls, every
+// workload runs, and a killed, hung or interrupted run leaves no process and no shared memory behind.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <dirent.h>
+
+#include <filesystem>
+#include <set>
+
+#include "harness/runner.h"
+#include "harness/strategy.h"
+#include "strategies/hogwild_worker.h"
+#include "test_support.h"
+
+namespace ddpbench {
+namespace {
+
+using nlohmann::json;
+using testing::find_case;
+using testing::read_text;
+using testing::run_process;
+using testing::ScratchDir;
+
+constexpr std::int64_t kBatch = 16;
+
+struct Copies {
+  std::vector<torch::Tensor> tensors;
+  explicit Copies(const std::vector<torch::Tensor>& from) {
+    for (const auto& t : from) tensors.push_back(t.detach().clone());
+  }
+};
+
+double max_abs_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  return worst;
+}
+
+double norm(const std::vector<torch::Tensor>& ts) {
+  double sum = 0;
+  for (const auto& t : ts) sum += t.pow(2).sum().item<double>();
+  return std::sqrt(sum);
+}
+
+std::vector<torch::Tensor> difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  std::vector<torch::Tensor> out;
+  for (size_t i = 0; i < a.size(); ++i) out.push_back(a[i] - b[i]);
+  return out;
+}
+
+// mlp's gradient at `parameters` on rows [begin, begin + rows) of `data`.
+std::vector<torch::Tensor> gradient_at(const std::vector<torch::Tensor>& parameters, const Dataset& data,
+                                       std::int64_t begin, std::int64_t rows) {
+  const auto& workload = WorkloadRegistry::instance().get("mlp");
+  auto model = workload.make_model();
+  auto own = model->parameters();
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < own.size(); ++i) own[i].copy_(parameters[i]);
+  }
+  const auto loss = workload.loss(model->forward(data.inputs.narrow(0, begin, rows)), data.targets.narrow(0, begin, rows));
+  return torch::autograd::grad({loss}, own);
+}
+
+class HogwildStrategyTest : public ::testing::TestWithParam<HogwildMode> {
+ protected:
+  std::unique_ptr<Strategy> start(int sync_every) {
+    const auto& workload = WorkloadRegistry::instance().get("mlp");
+    torch::manual_seed(7);
+    auto strategy = StrategyRegistry::instance().get("hogwild").create();
+    StrategySetup setup{workload, spec_, devices_, workload.make_model(), training_optimizer(workload)};
+    setup.options.hogwild.mode = GetParam();
+    setup.options.hogwild.sync_every = sync_every;
+    setup.options.hogwild.worker_executable = testing::ddpbench_executable();
+    setup.timeout_seconds = 60;
+    strategy->setup(setup);
+    return strategy;
+  }
+  Batch batch(std::int64_t step) const {
+    return {data_.inputs.narrow(0, step * kBatch, kBatch), data_.targets.narrow(0, step * kBatch, kBatch), step, 0};
+  }
+
+  const DeviceSet devices_ = resolve_devices({"cpu", 2, 1});
+  const CaseSpec spec_{"mlp", "hogwild", 2, kBatch};
+  const Dataset data_ = WorkloadRegistry::instance().get("mlp").make_dataset(4 * kBatch, 3);
+  PhaseRecorder phases_;
+};
+
+TEST_P(HogwildStrategyTest, EveryWorkersUpdateReachesTheSharedParameters) {
+  auto strategy = start(1);
+  const Copies before(strategy->trained_parameters());
+  const auto loss = strategy->step(batch(0), phases_);
+  EXPECT_TRUE(std::isfinite(loss.item<double>()));
+  const auto change = difference(strategy->trained_parameters(), before.tensors);
+
+  // Each worker applies -lr * its own gradient (momentum's first step is the gradient itself). A
+  // worker may read the other's update before it computes: that moves its gradient by a second-order
+  // amount, well inside the 5% below. A lost update would miss a whole shard's gradient.
+  const double lr = 0.01;
+  const auto g0 = gradient_at(before.tensors, data_, 0, kBatch / 2);
+  const auto g1 = gradient_at(before.tensors, data_, kBatch / 2, kBatch / 2);
+  std::vector<torch::Tensor> both, only0, only1;
+  for (size_t i = 0; i < g0.size(); ++i) {
+    both.push_back(-lr * (g0[i] + g1[i]));
+    only0.push_back(-lr * g0[i]);
+    only1.push_back(-lr * g1[i]);
+  }
+  EXPECT_LT(norm(difference(change, both)), 0.05 * norm(both));
+  EXPECT_GT(norm(difference(change, only0)), 0.5 * norm(only1)) << "worker 1's update is missing";
+  EXPECT_GT(norm(difference(change, only1)), 0.5 * norm(only0)) << "worker 0's update is missing";
+  // The workers took their gradients with autograd::grad: nothing landed in the shared .grad.
+  for (const auto& p : strategy->trained_parameters()) EXPECT_FALSE(p.grad().defined());
+
+  strategy->reset_measured_stats();
+  strategy->step(batch(1), phases_);
+  const auto async = strategy->async_summary();
+  ASSERT_TRUE(async.has_value());
+  EXPECT_EQ(async->updates, 2);  // one write per worker
+  EXPECT_LE(async->staleness_max, 1) << "within a step only the other worker's update can land";
+  EXPECT_EQ(async->mode, to_string(GetParam()));
+}
+
+TEST_P(HogwildStrategyTest, SyncEveryKeepsWorkersApartBetweenSyncs) {
+  auto strategy = start(3);
+  const Copies initial(strategy->trained_parameters());
+  for (int step = 0; step < 2; ++step) {
+    strategy->step(batch(step), phases_);
+    // The workers train private copies: the shared parameters do not move before the sync.
+    EXPECT_EQ(max_abs_difference(strategy->trained_parameters(), initial.tensors), 0.0) << "after step " << step + 1;
+  }
+  strategy->step(batch(2), phases_);
+  EXPECT_GT(max_abs_difference(strategy->trained_parameters(), initial.tensors), 1e-4) << "the sync added nothing";
+  const auto async = strategy->async_summary();
+  ASSERT_TRUE(async.has_value());
+  EXPECT_EQ(async->updates, 2) << "one write per worker per sync";
+}
+
+INSTANTIATE_TEST_SUITE_P(Mode, HogwildStrategyTest, ::testing::Values(HogwildMode::Threads, HogwildMode::Processes),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+TEST(HogwildWorker, PrivateCopiesDivergeAndSyncAddsEachWorkersChange) {
+  const auto& workload = WorkloadRegistry::instance().get("mlp");
+  torch::manual_seed(5);
+  auto shared_model = workload.make_model();
+  const auto shared = shared_model->parameters();
+  const Copies initial(shared);
+  const Dataset data = workload.make_dataset(32, 1);
+  std::atomic<std::uint64_t> updates{0};
+  HogwildWorker a(workload.make_model(), shared, shared_model->buffers(), workload, training_optimizer(workload), 2, updates);
+  HogwildWorker b(workload.make_model(), shared, shared_model->buffers(), workload, training_optimizer(workload), 2, updates);
+
+  EXPECT_FALSE(a.step(data.inputs.narrow(0, 0, 8), data.targets.narrow(0, 0, 8), nullptr).staleness.has_value());
+  EXPECT_FALSE(b.step(data.inputs.narrow(0, 8, 8), data.targets.narrow(0, 8, 8), nullptr).staleness.has_value());
+  EXPECT_GT(max_abs_difference(a.parameters(), b.parameters()), 1e-5) << "different shards, same private copy?";
+  EXPECT_EQ(max_abs_difference(shared, initial.tensors), 0.0);
+  const auto sa = a.step(data.inputs.narrow(0, 16, 8), data.targets.narrow(0, 16, 8), nullptr);
+  const auto sb = b.step(data.inputs.narrow(0, 24, 8), data.targets.narrow(0, 24, 8), nullptr);
+  ASSERT_TRUE(sa.staleness && sb.staleness);
+  EXPECT_EQ(*sa.staleness, 0);
+  EXPECT_EQ(*sb.staleness, 1) << "a's sync landed between b's read and b's write";
+  EXPECT_EQ(updates.load(), 2u);
+  // After both syncs the shared parameters hold both workers' changes, and b restarted from them.
+  EXPECT_EQ(max_abs_difference(b.parameters(), shared), 0.0);
+  EXPECT_GT(max_abs_difference(shared, initial.tensors), 1e-4);
+}
+
+TEST(HogwildWorker, PlainHogwildWritesTheSharedStorageUnderItsOwnVersionCounter) {
+  const auto& workload = WorkloadRegistry::instance().get("mlp");
+  auto shared_model = workload.make_model();
+  const auto shared = shared_model->parameters();
+  const Dataset data = workload.make_dataset(16, 2);
+  std::atomic<std::uint64_t> updates{0};
+  HogwildWorker w(workload.make_model(), shared, shared_model->buffers(), workload, training_optimizer(workload), 1, updates);
+  for (size_t i = 0; i < shared.size(); ++i) EXPECT_EQ(w.parameters()[i].data_ptr(), shared[i].data_ptr());
+  const auto version = shared[0]._version();
+  const auto u = w.step(data.inputs, data.targets, nullptr);
+  ASSERT_TRUE(u.staleness.has_value());
+  EXPECT_EQ(*u.staleness, 0);
+  // The write went into the shared storage but not through the shared tensor's version counter, so
+  // another worker's autograd graph over the shared tensors is not invalidated by it.
+  EXPECT_EQ(shared[0]._version(), version);
+}
+
+TEST(HogwildStrategy, ProcessesModeOnCudaIsSkippedWithAReason) {
+  StrategyOptions options;
+  options.hogwild.mode = HogwildMode::Processes;
+  options.hogwild.worker_executable = testing::ddpbench_executable();
+  const auto strategy = StrategyRegistry::instance().get("hogwild").create();
+  const CaseSpec spec{"mlp", "hogwild", 2, kBatch};
+  const auto reason = strategy->unsupported_reason(spec, DeviceSet(DeviceKind::Cuda, 2, 1), options);
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_NE(reason->find("CUDA IPC"), std::string::npos) << *reason;
+  EXPECT_FALSE(strategy->unsupported_reason(spec, DeviceSet(DeviceKind::Cpu, 2, 1), options).has_value());
+}
+
+// ---- whole runs ----------------------------------------------------------------------------
+
+std::vector<std::string> hogwild_run(const std::string& json_path, std::vector<std::string> extra) {
+  return testing::ddpbench_run({{"--device", "cpu"}, {"--strategy", "hogwild"}, {"--steps", "3"}, {"--warmup", "1"},
+                                {"--repetitions", "1"}, {"--workload", "mlp"}, {"--batch", "16"},
+                                {"--dataset-size", "64"}, {"--timeout", "30"}},
+                               json_path, std::move(extra));
+}
+
+// Objects in /dev/shm that a hogwild run could have made.
+std::set<std::string> hogwild_shared_memory() {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const auto name = e.path().filename().string();
+    if (name.rfind("ddpbench-hogwild", 0) == 0) names.insert(name);
+  }
+  return names;
+}
+
+class HogwildRun : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HogwildRun, LossFallsOnMlpAgainstSingleAtEqualSamples) {
+  // 4 batches of random labels, 40 steps: the model memorises, so the loss must fall.
+  ScratchDir dir;
+  const auto r = run_process(hogwild_run(dir.file("r.json"), {"--strategy", "single,hogwild", "--hogwild-mode", GetParam(),
+                                                              "--steps", "40", "--warmup", "0", "--parity-steps", "2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const auto& f = (*find_case(doc, "mlp/hogwild/world:2"))["ddpbench"];
+  const auto& loss = f["loss_curve"]["loss"];
+  ASSERT_EQ(loss.size(), 40u);
+  EXPECT_LT(loss[39].get<double>(), 0.95 * loss[0].get<double>()) << loss.dump();
+  EXPECT_EQ(f["loss_curve"]["samples_seen"][39], 40 * 16);
+  EXPECT_EQ(f["async"]["mode"], GetParam());
+  EXPECT_EQ(f["async"]["updates"], 80);
+  EXPECT_LE(f["async"]["staleness"]["max"].get<int>(), 1);
+  EXPECT_EQ(f["parity"]["compared_by"], "loss");
+  EXPECT_EQ(f["loss_vs_single"]["samples_seen"], 40 * 16);
+  EXPECT_GT(f["loss_vs_single"]["ratio"].get<double>(), 0.0);
+  if (GetParam() == "processes") {
+    EXPECT_EQ(f["async"]["worker_peak_rss_bytes"].size(), 2u);
+  }
+  EXPECT_NE(r.out.find("loss "), std::string::npos) << "the table shows the loss against single";
+}
+
+TEST_P(HogwildRun, RunsEveryWorkloadWithSyncEvery) {
+  ScratchDir dir;
+  const auto r = run_process(hogwild_run(dir.file("r.json"), {"--workload", "all", "--hogwild-mode", GetParam(),
+                                                              "--sync-every", "2", "--batch", "8", "--dataset-size", "32"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  int cases = 0;
+  for (const auto& b : doc["benchmarks"]) {
+    if (b["run_type"] != "iteration") continue;
+    ++cases;
+    EXPECT_EQ(b["ddpbench"]["status"], "ok") << b["name"];
+    EXPECT_EQ(b["ddpbench"]["async"]["sync_every"], 2);
+    // Measured steps are each worker's 2nd to 4th: it syncs at the 2nd and the 4th.
+    EXPECT_EQ(b["ddpbench"]["async"]["updates"], 4) << b["name"];
+  }
+  EXPECT_EQ(cases, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Mode, HogwildRun, ::testing::Values("threads", "processes"));
+
+TEST(HogwildProcessesRun, KilledWorkerFailsTheRunNamesItAndLeavesNothingBehind) {
+  ScratchDir dir;
+  const auto marker = testing::unique_marker();
+  const auto shm_before = hogwild_shared_memory();
+  const auto r = run_process(hogwild_run(dir.file("r.json"), {"--strategy", "single,hogwild", "--hogwild-mode", "processes"}),
+                             0, {{"DDPBENCH_FAULT_WORKER", "1:kill"}, marker});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("hogwild worker 1 was killed by signal 9 (SIGKILL)"), std::string::npos) << r.err;
+  EXPECT_TRUE(testing::processes_with(testing::marker_text(marker)).empty()) << "a worker outlived the run";
+  EXPECT_EQ(hogwild_shared_memory(), shm_before) << "shared memory left in /dev/shm";
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "ok");
+  EXPECT_EQ((*find_case(doc, "mlp/hogwild/world:2"))["ddpbench"]["status"], "failed");
+}
+
+TEST(HogwildProcessesRun, HungWorkerEndsTheRunWithinTheTimeout) {
+  ScratchDir dir;
+  const auto marker = testing::unique_marker();
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = run_process(hogwild_run(dir.file("r.json"), {"--hogwild-mode", "processes", "--timeout", "3"}), 0,
+                             {{"DDPBENCH_FAULT_WORKER", "0:hang"}, marker});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("mlp/hogwild/world:2"), std::string::npos) << r.err;
+  EXPECT_LT(seconds, 3 + 10) << "the run outlived its timeout by far";
+  EXPECT_TRUE(testing::processes_with(testing::marker_text(marker)).empty()) << "a worker outlived the run";
+}
+
+TEST(HogwildProcessesRun, SigtermToTheParentEndsEveryWorker) {
+  ScratchDir dir;
+  const auto marker = testing::unique_marker();
+  const auto shm_before = hogwild_shared_memory();
+  const auto r = run_process(hogwild_run(dir.file("r.json"), {"--hogwild-mode", "processes", "--steps", "2000"}), 3000,
+                             {marker}, SIGTERM);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_TRUE(testing::processes_with(testing::marker_text(marker)).empty()) << "a worker outlived the parent";
+  EXPECT_EQ(hogwild_shared_memory(), shm_before);
+}
+
+TEST(HogwildProcessesRun, SigkillToTheParentTakesTheWorkersWithIt) {
+  ScratchDir dir;
+  const auto marker = testing::unique_marker();
+  const auto shm_before = hogwild_shared_memory();
+  run_process(hogwild_run(dir.file("r.json"), {"--hogwild-mode", "processes", "--steps", "2000"}), 3000, {marker}, SIGKILL);
+  // PR_SET_PDEATHSIG delivers the workers' SIGKILL as the parent dies; give the kernel a moment.
+  for (int i = 0; i < 50 && !testing::processes_with(testing::marker_text(marker)).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(testing::processes_with(testing::marker_text(marker)).empty()) << "a worker outlived a killed parent";
+  EXPECT_EQ(hogwild_shared_memory(), shm_before);
+}
+
+}  // namespace
+}  // namespace ddpbench
