@@ -10,15 +10,12 @@ worth of overlapping), and a --bucket-mb sweep.
 
     benchmarks/compare_ddp.py [--rounds 5] [--steps 30] [--warmup 5] [--batch 128] [--sweep 1,4,25]
 """
-import argparse
-import json
 import os
-import platform
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.interleave import ddpbench_step_ms, print_table, run_rounds, tool_step_ms  # noqa: E402
+from benchmarks.interleave import ddpbench_step_ms, parser, report, run_rounds, tool_step_ms  # noqa: E402
 
 
 def run_ddpbench(args, extra):
@@ -33,14 +30,8 @@ def run_pytorch(args, bucket_mb):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--batch", type=int, default=128, help="global batch (per rank: half)")
+    p = parser(__doc__, rounds=5, steps=30, batch=128)
     p.add_argument("--sweep", default="1,4,25", help="--bucket-mb values for ddpbench (MiB)")
-    p.add_argument("--build", default=os.path.join(ROOT, "build"))
-    p.add_argument("--json", help="also write the measurements here")
     args = p.parse_args()
 
     tools = {
@@ -52,12 +43,8 @@ def main():
     for mb in [m for m in args.sweep.split(",") if m and float(m) != 25]:
         tools[f"ddpbench ddp --bucket-mb {mb}"] = lambda mb=mb: run_ddpbench(args, ["--bucket-mb", mb])
     samples = run_rounds(tools, args.rounds)
-    print(f"mlp, world 2 (Gloo), global batch {args.batch}, 1 thread per rank, {args.steps} steps after "
-          f"{args.warmup} warm-up, {args.rounds} interleaved rounds; {platform.node()}, {os.cpu_count()} CPUs")
-    med = print_table(samples, "ddpbench ddp", label="run")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"settings": vars(args), "step_ms": samples, "median_step_ms": med}, f, indent=2)
+    report(args, samples, f"mlp, world 2 (Gloo), global batch {args.batch}, 1 thread per rank, {args.steps} steps "
+           f"after {args.warmup} warm-up, {args.rounds} interleaved rounds", "ddpbench ddp", label="run")
     return 0
 
 

@@ -9,15 +9,12 @@ rounds and throughput ratios (higher is better for ddpbench).
 
     benchmarks/compare_single.py [--rounds 7] [--steps 40] [--warmup 5] [--batch 128] [--threads 1]
 """
-import argparse
-import json
 import os
-import platform
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.interleave import ddpbench_step_ms, print_table, run_rounds, tool_step_ms  # noqa: E402
+from benchmarks.interleave import ddpbench_step_ms, parser, report, run_rounds, tool_step_ms  # noqa: E402
 
 
 def run_ddpbench(args, build):
@@ -27,14 +24,8 @@ def run_ddpbench(args, build):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--batch", type=int, default=128)
+    p = parser(__doc__, rounds=7, steps=40, batch=128)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--build", default=os.path.join(ROOT, "build"))
-    p.add_argument("--json", help="also write the measurements here")
     args = p.parse_args()
 
     loop_args = [str(args.steps), str(args.warmup), str(args.batch), str(args.threads)]
@@ -47,12 +38,8 @@ def main():
                                                         + loop_args),
     }
     samples = run_rounds(tools, args.rounds)
-    print(f"mlp, batch {args.batch}, {args.threads} thread(s), {args.steps} steps after {args.warmup} warm-up, "
-          f"{args.rounds} interleaved rounds; {platform.node()}, {os.cpu_count()} CPUs")
-    med = print_table(samples, "ddpbench single")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"settings": vars(args), "step_ms": samples, "median_step_ms": med}, f, indent=2)
+    report(args, samples, f"mlp, batch {args.batch}, {args.threads} thread(s), {args.steps} steps after "
+           f"{args.warmup} warm-up, {args.rounds} interleaved rounds", "ddpbench single")
     return 0
 
 

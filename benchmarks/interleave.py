@@ -1,8 +1,10 @@
 """Interleaved rounds for the side-by-side benchmarks: every round runs every tool once, in fresh
 processes, the order rotating each round so the machine's drift hits all of them alike. Also the
 two ways a tool's mean step time is read: from a ddpbench run's JSON, or from a peer's stdout."""
+import argparse
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -50,4 +52,26 @@ def print_table(samples, base, label="loop"):
     for n, v in samples.items():
         print(f"| {n} | {med[n]:.2f} | {best[n]:.2f}..{max(v):.2f} | {med[n] / med[base]:.3f}x | "
               f"{best[n] / best[base]:.3f}x |")
+    return med
+
+
+def parser(doc, rounds, steps, batch):
+    """The options every comparison takes, with its own defaults."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=rounds)
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--batch", type=int, default=batch)
+    p.add_argument("--build", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build"))
+    p.add_argument("--json", help="also write the measurements here")
+    return p
+
+
+def report(args, samples, heading, base, label="loop"):
+    """The heading with this machine's name and cores, the table, and the measurements in --json."""
+    print(f"{heading}; {platform.node()}, {os.cpu_count()} CPUs")
+    med = print_table(samples, base, label)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"settings": vars(args), "step_ms": samples, "median_step_ms": med}, f, indent=2)
     return med

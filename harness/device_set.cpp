@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "harness/errors.h"
 #include "harness/torch_compat.h"
@@ -23,6 +24,20 @@ int available_cpus() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
   return 1;
+}
+
+void pin_to_core_slice(int slot, int slots, int threads) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+  }
+  if (static_cast<int>(cores.size()) < slots * threads) return;
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  for (int i = 0; i < threads; ++i) CPU_SET(cores[static_cast<size_t>(slot * threads + i)], &mine);
+  sched_setaffinity(0, sizeof(mine), &mine);
 }
 
 DeviceSet resolve_devices(const DeviceRequest& request) {

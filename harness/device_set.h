@@ -40,4 +40,9 @@ DeviceSet resolve_devices(const DeviceRequest& request);
 // Cores this process may run on (sched_getaffinity), at least 1.
 int available_cpus();
 
+// One of `slots` processes sharing this host's cores (local ranks, Hogwild workers) takes its own
+// slice of `threads` of them, so that the processes do not migrate onto each other's cores. Does
+// nothing when the cores are too few for every slot to get its slice (the OS places them then).
+void pin_to_core_slice(int slot, int slots, int threads);
+
 }  // namespace ddpbench

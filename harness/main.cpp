@@ -55,22 +55,6 @@ std::string self_executable() {
   return std::string(path, static_cast<size_t>(n));
 }
 
-// A rank shares its host's cores with the other local ranks: it takes its own slice of them, so
-// ranks do not migrate onto each other's cores.
-void pin_to_cores(const ddpbench::RankEnv& env, int threads) {
-  cpu_set_t allowed;
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
-  std::vector<int> cores;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &allowed)) cores.push_back(c);
-  }
-  if (static_cast<int>(cores.size()) < env.local_world_size * threads) return;  // oversubscribed: let the OS place
-  cpu_set_t mine;
-  CPU_ZERO(&mine);
-  for (int i = 0; i < threads; ++i) CPU_SET(cores[static_cast<size_t>(env.local_rank * threads + i)], &mine);
-  sched_setaffinity(0, sizeof(mine), &mine);
-}
-
 // A rank process: started by ddpbench's launcher (one task, result through the store) or by
 // torchrun/Slurm (the whole run; rank 0 prints the table and writes the JSON).
 int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, const std::vector<std::string>& args) {
@@ -88,7 +72,7 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
   DeviceSet resolved = resolve_devices(request);
   const int threads = cmd.devices.threads > 0 ? cmd.devices.threads : std::max(1, available_cpus() / env.local_world_size);
   const DeviceSet devices(resolved.kind(), env.world_size, threads);
-  pin_to_cores(env, threads);
+  pin_to_core_slice(env.local_rank, env.local_world_size, threads);
 
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(cmd.runner.timeout_seconds * 1000));
   const char* task_text = std::getenv("DDPBENCH_RANK_TASK");

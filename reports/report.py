@@ -167,6 +167,27 @@ def chart_phases(cases, out_dir):
     return _save(fig, out_dir, "phases.png")
 
 
+def chart_loss(cases, out_dir):
+    """Training loss against samples seen, per workload: where an asynchronous strategy ran, its
+    price shows against single's curve over the same samples (repetition 0 of each case)."""
+    data = [c for c in measured(cases) if c.iterations[0]["ddpbench"].get("loss_curve")]
+    if not any(c.fields.get("loss_vs_single") or c.iterations[0]["ddpbench"].get("async") for c in data):
+        return None  # without an asynchronous case every curve matches single's: parity says it
+    workloads = list(OrderedDict.fromkeys(c.workload for c in data))
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 3.8), squeeze=False)
+    for ax, w in zip(axes[0], workloads):
+        for c in (c for c in data if c.workload == w):
+            curve = c.iterations[0]["ddpbench"]["loss_curve"]
+            pts = [(s, l) for s, l in zip(curve["samples_seen"], curve["loss"]) if l is not None]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=f"{c.strategy} world {c.world}")
+        ax.set_title(w)
+        ax.set_xlabel("samples seen")
+        ax.set_ylabel("training loss")
+        ax.legend(fontsize=7)
+    fig.suptitle("Loss against samples seen")
+    return _save(fig, out_dir, "loss.png")
+
+
 def chart_step_times(cases, out_dir):
     data = [c for c in measured(cases) if c.step_times]
     if not data:
@@ -180,7 +201,8 @@ def chart_step_times(cases, out_dir):
 
 
 CHARTS = [("Throughput", chart_throughput), ("Scaling efficiency", chart_scaling), ("Memory per device", chart_memory),
-          ("Phase breakdown", chart_phases), ("Step-time distributions", chart_step_times)]
+          ("Phase breakdown", chart_phases), ("Loss against samples seen", chart_loss),
+          ("Step-time distributions", chart_step_times)]
 
 
 def verdicts(cases):

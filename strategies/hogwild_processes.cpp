@@ -15,6 +15,7 @@
 #include <new>
 #include <thread>
 
+#include "harness/device_set.h"
 #include "harness/errors.h"
 #include "strategies/hogwild_worker.h"
 
@@ -451,6 +452,8 @@ int hogwild_worker_main() {
     auto& control = *static_cast<ControlBlock*>(region.data());
     if (region.size() < sizeof(ControlBlock) || control.magic != kMagic) throw std::runtime_error("not a hogwild control block");
     const Workload& workload = WorkloadRegistry::instance().get(control.workload);
+    // Its own cores, as ranks have (the OpenMP team it starts inherits them).
+    pin_to_core_slice(index, control.workers, control.threads_per_worker);
     at::set_num_threads(control.threads_per_worker);
     ModelPtr model = workload.make_model();
     std::vector<torch::Tensor> parameters, buffers;

@@ -98,3 +98,14 @@ def test_page_renders_in_headless_chromium(tmp_path):
     assert pixels[..., :3].std() > 0.05
     dark = (pixels[..., :3].mean(axis=2) < 0.5).mean()
     assert 0.005 < dark < 0.5, f"share of dark pixels {dark:.3f}"
+
+
+def test_asynchronous_cases_get_their_loss_against_samples_seen(tmp_path):
+    # A real run of single and hogwild: the loss chart appears, with one curve per case.
+    hogwild = os.path.join(FIXTURES, "mlp-hogwild-cpu-world2.json")
+    index, _ = report.write_report([hogwild], str(tmp_path / "out"))
+    assert (tmp_path / "out" / "loss.png").read_bytes().startswith(PNG_MAGIC)
+    assert "Loss against samples seen" in open(index).read()
+    # Without an asynchronous case there is no loss chart: every curve would match single's.
+    report.write_report([WORLD2], str(tmp_path / "plain"))
+    assert not (tmp_path / "plain" / "loss.png").exists()
