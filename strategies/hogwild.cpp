@@ -82,8 +82,10 @@ class HogwildStrategy final : public Strategy {
     torch::Tensor inputs, targets;
     {
       auto scope = phases.scope(Phase::Data);
-      inputs = batch.inputs.to(device_, /*non_blocking=*/true);
-      targets = batch.targets.to(device_, /*non_blocking=*/true);
+      // Blocking: on CUDA the workers read the batch from their own streams, which would not wait
+      // for an asynchronous copy on this thread's stream.
+      inputs = batch.inputs.to(device_, /*non_blocking=*/false);
+      targets = batch.targets.to(device_, /*non_blocking=*/false);
     }
     const auto rows = shard_rows(inputs.size(0), workers_count_);
     std::vector<std::int64_t> begin(rows.size(), 0);
