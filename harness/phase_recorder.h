@@ -49,6 +49,8 @@ class PhaseRecorder {
   // Where to record each step and phase range, with this step number (none: no trace).
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
   void set_step(std::int64_t step) { step_index_ = step; }
+  TraceRecorder* trace() const { return trace_; }
+  std::int64_t step_index() const { return step_index_; }
 
   // One NVTX `step` range around each step; the phases of the step nest inside it.
   void begin_step();

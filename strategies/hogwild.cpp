@@ -74,6 +74,7 @@ class HogwildStrategy final : public Strategy {
       workers_.push_back(std::make_unique<HogwildWorker>(clone_model(*model_, device_), parameters, buffers, *workload_,
                                                          setup.make_optimizer, options_.sync_every, updates_));
     }
+    recorders_.resize(static_cast<size_t>(workers_count_));
     threads_ = std::make_unique<DeviceWorkers>(setup.devices, workers_count_);
   }
 
@@ -91,7 +92,6 @@ class HogwildStrategy final : public Strategy {
     std::vector<std::int64_t> begin(rows.size(), 0);
     for (size_t i = 1; i < rows.size(); ++i) begin[i] = begin[i - 1] + rows[i - 1];
     std::vector<HogwildUpdate> updates(rows.size());
-    const double marked_before = marked(phases);
     const auto start = std::chrono::steady_clock::now();
     threads_->run([&](int i) {
       const auto k = static_cast<size_t>(i);
@@ -100,13 +100,18 @@ class HogwildStrategy final : public Strategy {
         compat::cuda_set_device(device_.index());
         stream = compat::use_pool_cuda_stream(device_.index());
       }
-      // Worker 0 stands for all in the phase breakdown: the workers run the same phases at once.
-      updates[k] = workers_[k]->step(inputs.narrow(0, begin[k], rows[k]), targets.narrow(0, begin[k], rows[k]),
-                                     i == 0 ? &phases : nullptr);
+      // Each worker's own step range on its own thread, its phases nested in it, in the trace too.
+      auto& own = recorders_[k];
+      own.set_trace(phases.trace());
+      own.set_step(phases.step_index());
+      own.begin_step();
+      updates[k] = workers_[k]->step(inputs.narrow(0, begin[k], rows[k]), targets.narrow(0, begin[k], rows[k]), own);
+      own.end_step();
     });
-    // What worker 0 did not mark of the parallel run: waking the workers and waiting for the last.
+    // Worker 0 stands for all in the phase breakdown (the workers run the same phases at once);
+    // what it did not mark of the parallel run is waking the workers and waiting for the last.
     const double run = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    phases.add_measured(Phase::WorkerWait, std::max(0.0, run - (marked(phases) - marked_before)));
+    add_worker_phases(phases, recorders_[0].step_seconds(), run);
     double loss = 0;
     for (size_t k = 0; k < rows.size(); ++k) {
       loss += updates[k].loss * static_cast<double>(rows[k]);
@@ -125,23 +130,21 @@ class HogwildStrategy final : public Strategy {
     // is worker_wait.
     const auto sent = std::chrono::steady_clock::now();
     const HogwildProcessesStep result = processes_->wait();
-    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
-    for (int p = 0; p < kPhaseCount; ++p) {
-      if (result.worker0_phases[p] <= 0) continue;
-      phases.add_measured(static_cast<Phase>(p), result.worker0_phases[p]);
-      waited -= result.worker0_phases[p];
-    }
-    phases.add_measured(Phase::WorkerWait, std::max(0.0, waited));
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    add_worker_phases(phases, result.worker0_phases, waited);
     staleness_.insert(staleness_.end(), result.staleness.begin(), result.staleness.end());
     peak_rss_ = result.peak_rss_bytes;
     return torch::tensor(result.loss, torch::kFloat64);
   }
 
-  // Seconds marked so far in this step.
-  static double marked(const PhaseRecorder& phases) {
-    double sum = 0;
-    for (double s : phases.step_seconds()) sum += s;
-    return sum;
+  // Worker 0's phases into the harness's step, and the rest of `parallel` seconds as worker_wait.
+  static void add_worker_phases(PhaseRecorder& phases, const PhaseSeconds& worker0, double parallel) {
+    for (int p = 0; p < kPhaseCount; ++p) {
+      if (worker0[p] <= 0) continue;
+      phases.add_measured(static_cast<Phase>(p), worker0[p]);
+      parallel -= worker0[p];
+    }
+    phases.add_measured(Phase::WorkerWait, std::max(0.0, parallel));
   }
 
   std::vector<torch::Tensor> do_trained_parameters() override { return model_->parameters(); }
@@ -175,6 +178,7 @@ class HogwildStrategy final : public Strategy {
   ModelPtr model_;  // its parameters are the shared ones
   std::atomic<std::uint64_t> updates_{0};
   std::vector<std::unique_ptr<HogwildWorker>> workers_;
+  std::vector<PhaseRecorder> recorders_;  // threads mode: each worker's own
   std::unique_ptr<DeviceWorkers> threads_;
   std::vector<std::int64_t> staleness_;  // of every update that wrote, since the last reset
   std::vector<std::int64_t> peak_rss_;   // processes mode: each worker process's peak

@@ -474,7 +474,7 @@ int hogwild_worker_main() {
       while (command.step == 2 && fault == "hang") std::this_thread::sleep_for(std::chrono::seconds(1));  // injected
       phases.begin_step();
       const HogwildUpdate update =
-          worker.step(inputs.narrow(0, command.row_begin, command.rows), targets.narrow(0, command.row_begin, command.rows), &phases);
+          worker.step(inputs.narrow(0, command.row_begin, command.rows), targets.narrow(0, command.row_begin, command.rows), phases);
       phases.end_step();
       Reply reply{};
       reply.kind = Reply::Update;

@@ -17,14 +17,6 @@ void share_storage(torch::Tensor& tensor, const torch::Tensor& storage_of) {
   tensor.set_data(storage_of.variable_data());
 }
 
-// A phase range when the caller records phases (worker 0), nothing otherwise.
-struct PhaseIfRecorded {
-  PhaseIfRecorded(PhaseRecorder* phases, Phase phase) {
-    if (phases) scope.emplace(*phases, phase);
-  }
-  std::optional<PhaseRecorder::Scope> scope;
-};
-
 }  // namespace
 
 HogwildWorker::HogwildWorker(ModelPtr model, const std::vector<torch::Tensor>& shared_parameters,
@@ -54,23 +46,23 @@ HogwildWorker::HogwildWorker(ModelPtr model, const std::vector<torch::Tensor>& s
   optimizer_ = make_optimizer(parameters_);
 }
 
-HogwildUpdate HogwildWorker::step(const torch::Tensor& inputs, const torch::Tensor& targets, PhaseRecorder* phases) {
+HogwildUpdate HogwildWorker::step(const torch::Tensor& inputs, const torch::Tensor& targets, PhaseRecorder& phases) {
   HogwildUpdate update;
   if (sync_every_ == 1) read_ticket_ = updates_.load(std::memory_order_acquire);
   torch::Tensor loss;
   {
-    PhaseIfRecorded scope(phases, Phase::Forward);
+    auto scope = phases.scope(Phase::Forward);
     loss = workload_.loss(model_->forward(inputs), targets);
   }
   std::vector<torch::Tensor> grads;
   {
-    PhaseIfRecorded scope(phases, Phase::Backward);
+    auto scope = phases.scope(Phase::Backward);
     // Gradients come back as new tensors: nothing accumulates into a .grad another worker could see.
     grads = torch::autograd::grad({loss}, parameters_, /*grad_outputs=*/{}, /*retain_graph=*/false,
                                   /*create_graph=*/false, /*allow_unused=*/true);
   }
   {
-    PhaseIfRecorded scope(phases, Phase::Optimizer);
+    auto scope = phases.scope(Phase::Optimizer);
     for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].mutable_grad() = grads[i];
     optimizer_->step();  // sync_every 1: in place into the shared storage, without a lock
     for (auto& p : parameters_) p.mutable_grad() = torch::Tensor();

@@ -40,8 +40,9 @@ class HogwildWorker {
                 const std::vector<torch::Tensor>& shared_buffers, const Workload& workload,
                 const OptimizerFactory& make_optimizer, int sync_every, std::atomic<std::uint64_t>& updates);
 
-  // One update on this worker's shard. Marks forward, backward and optimizer on `phases` if given.
-  HogwildUpdate step(const torch::Tensor& inputs, const torch::Tensor& targets, PhaseRecorder* phases);
+  // One update on this worker's shard. Marks forward, backward and optimizer on `phases`, this
+  // worker's own recorder (so every worker's ranges nest in its own thread's step range).
+  HogwildUpdate step(const torch::Tensor& inputs, const torch::Tensor& targets, PhaseRecorder& phases);
 
   // The parameters this worker trains: the shared storage, or its private copy (sync_every > 1).
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }

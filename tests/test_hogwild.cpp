@@ -8,6 +8,7 @@
 #include <dirent.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "harness/runner.h"
@@ -149,15 +150,16 @@ TEST(HogwildWorker, PrivateCopiesDivergeAndSyncAddsEachWorkersChange) {
   const Copies initial(shared);
   const Dataset data = workload.make_dataset(32, 1);
   std::atomic<std::uint64_t> updates{0};
+  PhaseRecorder phases;
   HogwildWorker a(workload.make_model(), shared, shared_model->buffers(), workload, training_optimizer(workload), 2, updates);
   HogwildWorker b(workload.make_model(), shared, shared_model->buffers(), workload, training_optimizer(workload), 2, updates);
 
-  EXPECT_FALSE(a.step(data.inputs.narrow(0, 0, 8), data.targets.narrow(0, 0, 8), nullptr).staleness.has_value());
-  EXPECT_FALSE(b.step(data.inputs.narrow(0, 8, 8), data.targets.narrow(0, 8, 8), nullptr).staleness.has_value());
+  EXPECT_FALSE(a.step(data.inputs.narrow(0, 0, 8), data.targets.narrow(0, 0, 8), phases).staleness.has_value());
+  EXPECT_FALSE(b.step(data.inputs.narrow(0, 8, 8), data.targets.narrow(0, 8, 8), phases).staleness.has_value());
   EXPECT_GT(max_abs_difference(a.parameters(), b.parameters()), 1e-5) << "different shards, same private copy?";
   EXPECT_EQ(max_abs_difference(shared, initial.tensors), 0.0);
-  const auto sa = a.step(data.inputs.narrow(0, 16, 8), data.targets.narrow(0, 16, 8), nullptr);
-  const auto sb = b.step(data.inputs.narrow(0, 24, 8), data.targets.narrow(0, 24, 8), nullptr);
+  const auto sa = a.step(data.inputs.narrow(0, 16, 8), data.targets.narrow(0, 16, 8), phases);
+  const auto sb = b.step(data.inputs.narrow(0, 24, 8), data.targets.narrow(0, 24, 8), phases);
   ASSERT_TRUE(sa.staleness && sb.staleness);
   EXPECT_EQ(*sa.staleness, 0);
   EXPECT_EQ(*sb.staleness, 1) << "a's sync landed between b's read and b's write";
@@ -173,10 +175,11 @@ TEST(HogwildWorker, PlainHogwildWritesTheSharedStorageUnderItsOwnVersionCounter)
   const auto shared = shared_model->parameters();
   const Dataset data = workload.make_dataset(16, 2);
   std::atomic<std::uint64_t> updates{0};
+  PhaseRecorder phases;
   HogwildWorker w(workload.make_model(), shared, shared_model->buffers(), workload, training_optimizer(workload), 1, updates);
   for (size_t i = 0; i < shared.size(); ++i) EXPECT_EQ(w.parameters()[i].data_ptr(), shared[i].data_ptr());
   const auto version = shared[0]._version();
-  const auto u = w.step(data.inputs, data.targets, nullptr);
+  const auto u = w.step(data.inputs, data.targets, phases);
   ASSERT_TRUE(u.staleness.has_value());
   EXPECT_EQ(*u.staleness, 0);
   // The write went into the shared storage but not through the shared tensor's version counter, so
@@ -260,6 +263,21 @@ TEST_P(HogwildRun, RunsEveryWorkloadWithSyncEvery) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Mode, HogwildRun, ::testing::Values("threads", "processes"));
+
+TEST(HogwildThreadsRun, TraceHasEveryWorkersStepWithItsPhases) {
+  ScratchDir dir;
+  const auto r = run_process(hogwild_run("", {"--trace", dir.path()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json trace = json::parse(read_text(dir.file("ddpbench-rank0.json")));
+  std::map<std::string, std::set<std::uint64_t>> threads_of;  // event name -> threads it ran on
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") threads_of[e["name"].get<std::string>()].insert(e["tid"].get<std::uint64_t>());
+  }
+  // The main thread's step (data) and one step per worker thread, each with its phases.
+  for (const char* phase : {"forward", "backward", "optimizer"}) EXPECT_EQ(threads_of[phase].size(), 2u) << phase;
+  EXPECT_EQ(threads_of["step"].size(), 3u);
+  EXPECT_EQ(threads_of["data"].size(), 1u);
+}
 
 TEST(HogwildProcessesRun, KilledWorkerFailsTheRunNamesItAndLeavesNothingBehind) {
   ScratchDir dir;
