@@ -44,9 +44,20 @@ void nvtx_push(const char* name) {
   nvtxDomainRangePushEx(nvtx_domain(), &attributes);
 }
 void nvtx_pop() { nvtxDomainRangePop(nvtx_domain()); }
+std::uint64_t nvtx_start(const char* name) {
+  nvtxEventAttributes_t attributes{};
+  attributes.version = NVTX_VERSION;
+  attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  attributes.message.ascii = name;
+  return nvtxDomainRangeStartEx(nvtx_domain(), &attributes);
+}
+void nvtx_end(std::uint64_t id) { nvtxDomainRangeEnd(nvtx_domain(), id); }
 #else
 void nvtx_push(const char*) {}
 void nvtx_pop() {}
+std::uint64_t nvtx_start(const char*) { return 0; }
+void nvtx_end(std::uint64_t) {}
 #endif
 }  // namespace
 
@@ -63,6 +74,23 @@ PhaseRecorder::Scope::~Scope() {
   if (recorder_.trace_) recorder_.trace_->record(phase_name(phase_), start_, end, recorder_.step_index_);
   recorder_.step_[i] += std::chrono::duration<double>(elapsed).count();
   recorder_.used_[i] = true;
+}
+
+PhaseRecorder::AsyncRange PhaseRecorder::begin_async(const char* name) const {
+  AsyncRange range;
+  range.active = true;
+  range.name = name;
+  range.trace = trace_;
+  range.step = step_index_;
+  range.start = std::chrono::steady_clock::now();
+  range.nvtx_id = nvtx_start(name);
+  return range;
+}
+
+void PhaseRecorder::end_async(const AsyncRange& range) {
+  if (!range.active) return;
+  nvtx_end(range.nvtx_id);
+  if (range.trace) range.trace->record(range.name, range.start, std::chrono::steady_clock::now(), range.step);
 }
 
 void PhaseRecorder::add_measured(Phase phase, double seconds) {

@@ -46,6 +46,21 @@ class PhaseRecorder {
 
   [[nodiscard]] Scope scope(Phase phase) { return Scope(*this, phase); }
 
+  // A range that begins on one thread and ends on another: a collective in flight. It is an NVTX
+  // start/end range in the ddpbench domain (Nsight shows it beside the thread's nested ranges) and,
+  // while a trace is recorded, a trace event on the thread that ends it (the communication
+  // thread's own row). Not part of the step's phase times: it overlaps them.
+  struct AsyncRange {
+    bool active = false;
+    std::uint64_t nvtx_id = 0;
+    TraceRecorder* trace = nullptr;
+    const char* name = "";
+    std::int64_t step = 0;
+    std::chrono::steady_clock::time_point start{};
+  };
+  AsyncRange begin_async(const char* name) const;
+  static void end_async(const AsyncRange& range);  // on any thread; ignores an inactive range
+
   // Where to record each step and phase range, with this step number (none: no trace).
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
   void set_step(std::int64_t step) { step_index_ = step; }

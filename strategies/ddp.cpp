@@ -109,7 +109,7 @@ class DdpStrategy final : public Strategy {
     // Each rank's gradient enters the buckets weighted by its share of the global batch, so the
     // sum over ranks is the gradient of the global mean loss, also when shards differ by a sample.
     const double share = static_cast<double>(inputs.size(0)) / static_cast<double>(global_batch_);
-    bucketer_->prepare_step(share, loss.detach() * share);
+    bucketer_->prepare_step(share, loss.detach() * share, &phases);
     {
       auto scope = phases.scope(Phase::Backward);
       loss.backward();

@@ -117,8 +117,9 @@ std::vector<std::vector<std::size_t>> GradientBucketer::bucket_layout() const {
   return layout;
 }
 
-void GradientBucketer::prepare_step(double grad_scale, const torch::Tensor& loss) {
+void GradientBucketer::prepare_step(double grad_scale, const torch::Tensor& loss, PhaseRecorder* phases) {
   std::lock_guard<std::mutex> lock(mutex_);
+  phases_ = phases;
   scale_ = torch::scalar_tensor(grad_scale, buckets_[0]->flat.options());
   for (auto& b : buckets_) {
     b->pending = static_cast<std::int64_t>(b->params.size());
@@ -158,13 +159,17 @@ void GradientBucketer::launch_ready_buckets() {
 
 void GradientBucketer::launch(Bucket& bucket) {
   bucket.launched = std::chrono::steady_clock::now();
+  bucket.range = phases_ ? phases_->begin_async("allreduce") : PhaseRecorder::AsyncRange{};
   bucket.work = group_.allreduce_async(bucket.flat);
   // The callback keeps the bucket alive: after a failed step it may fire after the bucketer is gone.
   std::shared_ptr<Bucket> target;
   for (const auto& b : buckets_) {
     if (b.get() == &bucket) target = b;
   }
-  bucket.work->getFuture()->addCallback([target](c10::ivalue::Future&) { target->completed_ns = now_ns(); });
+  bucket.work->getFuture()->addCallback([target](c10::ivalue::Future&) {
+    PhaseRecorder::end_async(target->range);  // before completed_ns: wait_all waits for that
+    target->completed_ns = now_ns();
+  });
 }
 
 void GradientBucketer::wait_all() {

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <vector>
 
+#include "harness/phase_recorder.h"
 #include "harness/process_group.h"
 
 namespace torch::autograd {
@@ -46,7 +47,8 @@ class GradientBucketer {
 
   // Before backward: this rank's gradients are scaled by `grad_scale` (its share of the global
   // batch) as they enter the buckets, and `loss` (already scaled) rides in the first bucket.
-  void prepare_step(double grad_scale, const torch::Tensor& loss);
+  // Each bucket's all-reduce is an `allreduce` range on `phases` (NVTX, trace) from launch to completion.
+  void prepare_step(double grad_scale, const torch::Tensor& loss, PhaseRecorder* phases = nullptr);
   // After backward: launches what is left, waits for every bucket (the exposed communication).
   void wait_all();
   // Copies the reduced buckets back into the gradients (nothing to do for bucket views); returns
@@ -71,6 +73,7 @@ class GradientBucketer {
     c10::intrusive_ptr<c10d::Work> work;
     std::chrono::steady_clock::time_point launched;
     std::atomic<std::int64_t> completed_ns{0};  // set by the work's completion callback
+    PhaseRecorder::AsyncRange range;            // ended by the completion callback
   };
   class ReadyHook;
 
@@ -90,6 +93,7 @@ class GradientBucketer {
   std::vector<char> ready_;  // which parameters' gradients arrived this step
   torch::Tensor scale_;
   bool armed_ = false;
+  PhaseRecorder* phases_ = nullptr;  // of the step in progress
   std::int64_t loss_offset_ = 0;
   CommStats stats_;
 };

@@ -16,6 +16,7 @@
 
 #include <future>
 #include <map>
+#include <set>
 
 #include "harness/errors.h"
 #include "harness/process_group.h"
@@ -381,6 +382,19 @@ TEST(DdpExternalLaunch, TorchrunStyleRanksRunAndRank0AloneWritesTheJson) {
     const json trace = json::parse(read_text(dir.file("ddpbench-rank" + std::to_string(rank) + ".json")));
     EXPECT_EQ(trace["distributedInfo"]["rank"], rank);
     EXPECT_EQ(trace["distributedInfo"]["world_size"], 2);
+    // Every bucket's all-reduce, launch to completion, on a thread other than the step's.
+    std::set<int> step_threads, allreduce_threads;
+    int allreduces = 0;
+    for (const auto& e : trace["traceEvents"]) {
+      if (e["ph"] != "X") continue;
+      if (e["name"] == "step") step_threads.insert(e["tid"].get<int>());
+      if (e["name"] == "allreduce") {
+        ++allreduces;
+        allreduce_threads.insert(e["tid"].get<int>());
+      }
+    }
+    EXPECT_GE(allreduces, 3) << "3 measured steps, at least one bucket each";
+    for (int t : allreduce_threads) EXPECT_EQ(step_threads.count(t), 0u) << "allreduce on the step's own thread";
   }
   // Single-process strategies are no business of a rank: skipped, with the reason.
   EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "skipped");

@@ -19,6 +19,8 @@ struct Ranges {
   std::set<std::string> outer;                 // names pushed with nothing open on that thread
   std::set<std::string> inside_step;           // names pushed directly inside a "step" range
   std::set<std::string> domains;
+  std::set<std::string> async;                 // names of start/end ranges (collectives in flight)
+  int async_ranges = 0;
   int pushes = 0;
   std::vector<std::string> problems;
 };
@@ -28,10 +30,21 @@ Ranges parse(const std::string& log) {
   std::map<std::string, std::vector<std::string>> stacks;  // per thread
   std::istringstream in(log);
   std::string op, domain, thread, name;
+  std::map<std::string, std::string> open_async;  // id -> name
   while (in >> op >> domain >> thread) {
     r.domains.insert(domain);
     auto& stack = stacks[thread];
-    if (op == "push") {
+    if (op == "start") {
+      std::string id;
+      in >> id >> name;
+      open_async[id] = name;
+      r.async.insert(name);
+      ++r.async_ranges;
+    } else if (op == "end") {
+      std::string id;
+      in >> id;
+      if (open_async.erase(id) == 0) r.problems.push_back("end of a range never started: " + id);
+    } else if (op == "push") {
       in >> name;
       ++r.pushes;
       (stack.empty() ? r.outer : stack.back() == "step" ? r.inside_step : r.outer).insert(name);
@@ -46,12 +59,14 @@ Ranges parse(const std::string& log) {
   for (const auto& [thread, stack] : stacks) {
     if (!stack.empty()) r.problems.push_back(std::to_string(stack.size()) + " ranges left open");
   }
+  for (const auto& [id, name] : open_async) r.problems.push_back(name + " " + id + " never ended");
   return r;
 }
 
 struct Expectation {
   std::string strategy;
   std::set<std::string> phases;
+  std::set<std::string> async = {};  // start/end ranges expected besides
 };
 
 class NvtxRanges : public ::testing::TestWithParam<Expectation> {};
@@ -73,6 +88,7 @@ TEST_P(NvtxRanges, EveryStepHoldsItsNamedPhases) {
   // Only steps stand alone; every phase is inside one.
   EXPECT_EQ(ranges.outer, std::set<std::string>{"step"});
   EXPECT_EQ(ranges.inside_step, GetParam().phases);
+  EXPECT_EQ(ranges.async, GetParam().async);
   // parity (3 steps + reference) + warm-up 1 + measured 2: at least 6 steps recorded.
   EXPECT_GE(ranges.pushes, 6);
 #endif
@@ -87,7 +103,11 @@ INSTANTIATE_TEST_SUITE_P(
                                                        "backward", "reduce", "optimizer"}},
                       // Each worker thread has its own step range with its phases; the main
                       // thread's step holds the data phase.
-                      Expectation{"hogwild", {"data", "forward", "backward", "optimizer"}}),
+                      Expectation{"hogwild", {"data", "forward", "backward", "optimizer"}},
+                      // Ranks' ranges (from every rank process), and one allreduce range per bucket
+                      // from launch during backward to completion on Gloo's thread.
+                      Expectation{"ddp", {"data", "forward", "backward", "comm_exposed", "reduce", "optimizer"},
+                                  {"allreduce"}}),
     [](const auto& info) {
       std::string n = info.param.strategy;
       std::replace(n.begin(), n.end(), '-', '_');
