@@ -63,17 +63,28 @@ void agree_on_world_size(c10d::Store& store, const RankEnv& env, std::chrono::mi
     }
     return as_string(store.get(key));
   };
-  const auto check = [&](int rank) {
-    const std::string theirs = read(rank);
-    if (theirs != mine) {
-      throw UsageError("WORLD_SIZE=" + mine + " here (rank " + std::to_string(env.rank) + ") but rank " +
-                       std::to_string(rank) + " has WORLD_SIZE=" + theirs + ": every rank must be launched alike");
-    }
+  const auto disagree = [&](int rank, const std::string& theirs) {
+    return UsageError("WORLD_SIZE=" + mine + " here (rank " + std::to_string(env.rank) + ") but rank " +
+                      std::to_string(rank) + " has WORLD_SIZE=" + theirs + ": every rank must be launched alike");
   };
+  const auto seen = [](int rank) { return "world_size_seen/" + std::to_string(rank); };
   if (env.rank != 0) {
-    check(0);
+    const std::string theirs = read(0);
+    store.set(seen(env.rank), as_bytes("1"));  // rank 0 may leave now: this rank has its answer
+    if (theirs != mine) throw disagree(0, theirs);
   } else {
-    for (int r = 1; r < env.world_size; ++r) check(r);
+    for (int r = 1; r < env.world_size; ++r) {
+      const std::string theirs = read(r);
+      if (theirs == mine) continue;
+      // Rank 0 hosts the store: leaving at once would cut rank r off before it read rank 0's
+      // world size, and it would fail with a broken connection instead of this one line.
+      try {
+        store.wait({seen(r)}, std::min(timeout, std::chrono::milliseconds(5000)));
+      } catch (const std::exception&) {
+        // it has gone already, or is stuck: its own timeout speaks for it
+      }
+      throw disagree(r, theirs);
+    }
   }
 }
 
