@@ -15,13 +15,11 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.interleave import ddpbench_step_ms, parser, report, run_rounds, tool_step_ms  # noqa: E402
+from benchmarks.interleave import ddpbench_mlp_step_ms, parser, report, run_rounds, tool_step_ms  # noqa: E402
 
 
 def run_ddpbench(args, extra):
-    return ddpbench_step_ms(args.build, ["--strategy", "hogwild", "--workload", "mlp", "--device", "cpu",
-                                         "--world-size", "2", "--threads", "1", "--batch", str(args.batch),
-                                         "--steps", str(args.steps), "--warmup", str(args.warmup)] + extra)
+    return ddpbench_mlp_step_ms(args, "hogwild", world=2, threads=1, extra=extra)
 
 
 def run_pytorch(args):

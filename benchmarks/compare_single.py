@@ -14,13 +14,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.interleave import ddpbench_step_ms, parser, report, run_rounds, tool_step_ms  # noqa: E402
-
-
-def run_ddpbench(args, build):
-    return ddpbench_step_ms(build, ["--strategy", "single", "--workload", "mlp", "--device", "cpu", "--world-size", "1",
-                                    "--threads", str(args.threads), "--batch", str(args.batch),
-                                    "--steps", str(args.steps), "--warmup", str(args.warmup)])
+from benchmarks.interleave import ddpbench_mlp_step_ms, parser, report, run_rounds, tool_step_ms  # noqa: E402
 
 
 def main():
@@ -30,7 +24,7 @@ def main():
 
     loop_args = [str(args.steps), str(args.warmup), str(args.batch), str(args.threads)]
     tools = {
-        "ddpbench single": lambda: run_ddpbench(args, args.build),
+        "ddpbench single": lambda: ddpbench_mlp_step_ms(args, "single", world=1, threads=args.threads),
         "bare LibTorch loop": lambda: tool_step_ms([os.path.join(args.build, "benchmarks", "bare_single_loop")]
                                                        + loop_args),
         "PyTorch Python loop": lambda: tool_step_ms(["/usr/bin/python3",

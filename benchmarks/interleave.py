@@ -24,6 +24,14 @@ def ddpbench_step_ms(build, flags):
         return statistics.fmean(case["ddpbench"]["step_times_ms"])
 
 
+def ddpbench_mlp_step_ms(args, strategy, world, threads, extra=()):
+    """ddpbench_step_ms of `strategy` on mlp on CPU, with the comparison's batch, steps and warm-up."""
+    return ddpbench_step_ms(args.build, ["--strategy", strategy, "--workload", "mlp", "--device", "cpu",
+                                         "--world-size", str(world), "--threads", str(threads),
+                                         "--batch", str(args.batch), "--steps", str(args.steps),
+                                         "--warmup", str(args.warmup)] + list(extra))
+
+
 def tool_step_ms(cmd):
     """Mean step time (ms) of a peer that prints {"step_ms": [...]} on stdout."""
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout

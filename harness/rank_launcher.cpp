@@ -5,19 +5,16 @@
 
 #include <nlohmann/json.hpp>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <thread>
 
+#include "harness/child_process.h"
 #include "harness/errors.h"
-
-extern char** environ;
 
 namespace ddpbench {
 namespace {
@@ -34,11 +31,6 @@ const char* kind_name(RankFailureReport::Kind kind) {
   return "case";
 }
 
-std::string signal_text(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return std::to_string(sig) + " (" + (abbrev ? std::string("SIG") + abbrev : "unknown") + ")";
-}
-
 std::string seconds_text(std::chrono::milliseconds t) {
   std::ostringstream out;
   out << static_cast<double>(t.count()) / 1000.0;
@@ -46,12 +38,12 @@ std::string seconds_text(std::chrono::milliseconds t) {
 }
 
 // Variables this launcher sets for its ranks; inherited copies are dropped so they cannot disagree.
-bool is_launch_variable(const char* entry) {
+bool is_launch_variable(const std::string& entry) {
   static const char* names[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
                                 "MASTER_PORT=", "DDPBENCH_LAUNCHER_STORE=", "DDPBENCH_STORE_PREFIX=",
                                 "DDPBENCH_LAUNCHER_PID=", "DDPBENCH_RANK_TASK=", "SLURM_PROCID="};
   for (const char* n : names) {
-    if (std::strncmp(entry, n, std::strlen(n)) == 0) return true;
+    if (entry.rfind(n, 0) == 0) return true;
   }
   return false;
 }
@@ -106,16 +98,7 @@ std::string RankLauncher::run(const std::string& task, const std::function<void(
   auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_->tcp);
   const int n = options_.world_size;
 
-  // argv and environment are built before forking: posix_spawn runs nothing of ours in the child.
-  std::vector<std::string> argv_strings{options_.executable};
-  argv_strings.insert(argv_strings.end(), options_.args.begin(), options_.args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_strings) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> base_env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (!is_launch_variable(*e)) base_env.emplace_back(*e);
-  }
+  std::vector<std::string> base_env = inherited_environment(is_launch_variable);
   base_env.push_back("WORLD_SIZE=" + std::to_string(n));
   base_env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(n));
   base_env.push_back("MASTER_ADDR=127.0.0.1");
@@ -164,33 +147,16 @@ std::string RankLauncher::run(const std::string& task, const std::function<void(
   };
 
   for (int r = 0; r < n; ++r) {
-    std::vector<std::string> env_strings = base_env;
-    env_strings.push_back("RANK=" + std::to_string(r));
-    env_strings.push_back("LOCAL_RANK=" + std::to_string(r));
-    std::vector<char*> envp;
-    for (auto& e : env_strings) envp.push_back(e.data());
-    envp.push_back(nullptr);
-
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    // Ranks share a process group of their own: a terminal's Ctrl-C reaches the launcher alone,
-    // which then ends the ranks in order. Signals the launcher handles are reset to default.
-    sigset_t defaults, empty;
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGINT);
-    sigaddset(&defaults, SIGTERM);
-    sigaddset(&defaults, SIGPIPE);
-    sigemptyset(&empty);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setsigmask(&attr, &empty);
-    posix_spawnattr_setpgroup(&attr, group);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    // The ranks share a process group of their own (the first rank's).
+    ChildSpawn spawn{options_.executable, options_.args, base_env, group, {}};
+    spawn.environment.push_back("RANK=" + std::to_string(r));
+    spawn.environment.push_back("LOCAL_RANK=" + std::to_string(r));
     pid_t pid = -1;
-    const int rc = posix_spawn(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0) {
+    try {
+      pid = spawn_child(spawn);
+    } catch (const std::exception& e) {
       end_all();
-      throw CaseFailure("cannot start rank " + std::to_string(r) + " (" + options_.executable + "): " + std::strerror(rc));
+      throw CaseFailure("cannot start rank " + std::to_string(r) + " (" + options_.executable + "): " + e.what());
     }
     if (group == 0) group = pid;
     children[static_cast<size_t>(r)] = Child{pid, true, 0, false};

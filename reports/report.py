@@ -85,14 +85,19 @@ def _save(fig, out_dir, name):
     return path
 
 
+def _per_workload(data):
+    """One panel per workload, side by side: the figure and (axes, workload, its cases) per panel."""
+    workloads = list(OrderedDict.fromkeys(c.workload for c in data))
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 3.8), squeeze=False)
+    return fig, [(ax, w, [c for c in data if c.workload == w]) for ax, w in zip(axes[0], workloads)]
+
+
 def chart_throughput(cases, out_dir):
     data = measured(cases)
     if not data:
         return None
-    workloads = list(OrderedDict.fromkeys(c.workload for c in data))
-    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 3.8), squeeze=False)
-    for ax, w in zip(axes[0], workloads):
-        rows = [c for c in data if c.workload == w]
+    fig, panels = _per_workload(data)
+    for ax, w, rows in panels:
         labels = [f"{c.strategy}\nworld {c.world}" for c in rows]
         meds = [stats.median(c.throughputs) for c in rows]
         lo = [m - min(c.throughputs) for m, c in zip(meds, rows)]
@@ -173,10 +178,9 @@ def chart_loss(cases, out_dir):
     data = [c for c in measured(cases) if c.iterations[0]["ddpbench"].get("loss_curve")]
     if not any(c.fields.get("loss_vs_single") or c.iterations[0]["ddpbench"].get("async") for c in data):
         return None  # without an asynchronous case every curve matches single's: parity says it
-    workloads = list(OrderedDict.fromkeys(c.workload for c in data))
-    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 3.8), squeeze=False)
-    for ax, w in zip(axes[0], workloads):
-        for c in (c for c in data if c.workload == w):
+    fig, panels = _per_workload(data)
+    for ax, w, rows in panels:
+        for c in rows:
             curve = c.iterations[0]["ddpbench"]["loss_curve"]
             pts = [(s, l) for s, l in zip(curve["samples_seen"], curve["loss"]) if l is not None]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=f"{c.strategy} world {c.world}")

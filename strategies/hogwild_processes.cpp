@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -15,11 +14,10 @@
 #include <new>
 #include <thread>
 
+#include "harness/child_process.h"
 #include "harness/device_set.h"
 #include "harness/errors.h"
 #include "strategies/hogwild_worker.h"
-
-extern char** environ;
 
 namespace ddpbench {
 namespace {
@@ -101,17 +99,6 @@ bool write_exactly(int fd, const void* data, std::size_t size) {
     size -= static_cast<std::size_t>(n);
   }
   return true;
-}
-
-std::string signal_text(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return std::to_string(sig) + " (" + (abbrev ? std::string("SIG") + abbrev : "unknown") + ")";
-}
-
-std::string exit_text(int status) {
-  if (WIFSIGNALED(status)) return "was killed by signal " + signal_text(WTERMSIG(status));
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  return "ended";
 }
 
 std::int64_t peak_rss_bytes() {
@@ -268,44 +255,26 @@ void HogwildProcesses::spawn(int index) {
   w.command_fd = command[1];
   w.reply_fd = reply[0];
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, child_command, kCommandFd);
-  posix_spawn_file_actions_adddup2(&actions, child_reply, kReplyFd);
-  posix_spawn_file_actions_adddup2(&actions, child_shared, kSharedFd);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t all, none;
-  sigfillset(&all);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  // Its own process group: a Ctrl-C at the terminal reaches the parent, which ends the workers at
-  // a step boundary, instead of killing workers mid-update.
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
-
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    if (entry.rfind(std::string(kWorkerVariable) + "=", 0) == 0 || entry.rfind(std::string(kParentVariable) + "=", 0) == 0) continue;
-    env.push_back(entry);
-  }
-  env.push_back(std::string(kWorkerVariable) + "=" + std::to_string(index));
-  env.push_back(std::string(kParentVariable) + "=" + std::to_string(::getpid()));
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::string exe = config_.executable;
-  char* argv[] = {exe.data(), nullptr};
+  // Its own process group, so a terminal's Ctrl-C reaches the parent, which ends the workers at a
+  // step boundary instead of killing them mid-update.
+  ChildSpawn spawn{config_.executable, {}, inherited_environment([](const std::string& entry) {
+                     return entry.rfind(std::string(kWorkerVariable) + "=", 0) == 0 ||
+                            entry.rfind(std::string(kParentVariable) + "=", 0) == 0;
+                   }),
+                   0, {{child_command, kCommandFd}, {child_reply, kReplyFd}, {child_shared, kSharedFd}}};
+  spawn.environment.push_back(std::string(kWorkerVariable) + "=" + std::to_string(index));
+  spawn.environment.push_back(std::string(kParentVariable) + "=" + std::to_string(::getpid()));
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, exe.c_str(), &actions, &attr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  std::string error;
+  try {
+    pid = spawn_child(spawn);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
   ::close(child_command);
   ::close(child_reply);
   ::close(child_shared);
-  if (rc != 0) throw CaseFailure("hogwild: cannot start worker " + std::to_string(index) + " (" + exe + "): " + std::strerror(rc));
+  if (pid < 0) throw CaseFailure("hogwild: cannot start worker " + std::to_string(index) + " (" + config_.executable + "): " + error);
   w.pid = pid;
   w.running = true;
 }

@@ -1,0 +1,35 @@
+#pragma once
+// Starting and describing ddpbench's own child processes (ranks, Hogwild workers): fork+exec
+// through posix_spawn, so nothing of this multi-threaded process runs in the child before exec.
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ddpbench {
+
+struct ChildSpawn {
+  std::string executable;
+  std::vector<std::string> args;                // after argv[0], which is the executable
+  std::vector<std::string> environment;         // the child's whole environment, NAME=VALUE
+  pid_t process_group = 0;                      // 0: a new group, led by the child
+  std::vector<std::pair<int, int>> descriptors; // (ours, the child's): dup2 in the child
+};
+
+// Starts the child with an empty signal mask and SIGINT, SIGTERM and SIGPIPE at their defaults
+// (the ones ddpbench handles or ignores itself). Its own process group keeps a terminal's Ctrl-C
+// for ddpbench, which then ends its children in order. Returns the pid; throws std::runtime_error
+// with errno's text.
+pid_t spawn_child(const ChildSpawn& spawn);
+
+// This process's environment, less the entries `drop` selects.
+std::vector<std::string> inherited_environment(const std::function<bool(const std::string&)>& drop);
+
+// "9 (SIGKILL)".
+std::string signal_text(int signal);
+// How a child ended, from its waitpid status: "was killed by signal 9 (SIGKILL)", "exited with code 1".
+std::string exit_text(int status);
+
+}  // namespace ddpbench
