@@ -91,7 +91,7 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
   RunnerOptions options = cmd.runner;
   std::optional<TraceRecorder> trace;
   if (cmd.trace_dir && task_text == nullptr) {  // torchrun/Slurm ranks: one trace file each
-    check_writable_output("--trace", *cmd.trace_dir + "/ddpbench-rank" + std::to_string(env.rank) + ".json");
+    check_writable_output("--trace", *cmd.trace_dir + "/" + TraceRecorder::file_name(env.rank));
     trace.emplace(env.rank, env.world_size);
     options.trace = &*trace;
   }
@@ -146,7 +146,7 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
   const RunRecord record = runner.run();
   if (env.rank == 0 && cmd.json_path) std::cout << "results: " << *cmd.json_path << '\n';
   if (trace) {
-    const std::string path = trace->write(*cmd.trace_dir);
+    const std::string path = trace->write(*cmd.trace_dir).front();
     if (env.rank == 0) std::cout << "trace: " << path << " (one file per rank)\n";
   }
   if (!record.interruption.empty()) return 130;
@@ -178,7 +178,7 @@ int run(const std::vector<std::string>& args) {
   std::optional<TraceRecorder> trace;
   RunnerOptions options = cmd.runner;
   if (cmd.trace_dir) {
-    check_writable_output("--trace", *cmd.trace_dir + "/ddpbench-rank0.json");
+    check_writable_output("--trace", *cmd.trace_dir + "/" + TraceRecorder::file_name(0));
     trace.emplace(/*rank=*/0, /*world_size=*/1);
     options.trace = &*trace;
   }
@@ -234,7 +234,7 @@ int run(const std::vector<std::string>& args) {
   std::signal(SIGTERM, on_stop_signal);
   const RunRecord record = runner.run();
   if (cmd.json_path) std::cout << "results: " << *cmd.json_path << '\n';
-  if (trace) std::cout << "trace: " << trace->write(*cmd.trace_dir) << '\n';
+  if (trace) std::cout << "trace: " << join(trace->write(*cmd.trace_dir)) << '\n';
 
   if (!record.interruption.empty()) return 130;
   int code = 0;

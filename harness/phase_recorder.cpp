@@ -27,7 +27,6 @@ const char* phase_name(Phase phase) {
 }
 
 namespace {
-#include "harness/trace.h"
 
 #if DDPBENCH_HAVE_NVTX
 // Without a tool attached these calls return at once; NVTX initialises on first use.
@@ -90,7 +89,7 @@ PhaseRecorder::AsyncRange PhaseRecorder::begin_async(const char* name) const {
 void PhaseRecorder::end_async(const AsyncRange& range) {
   if (!range.active) return;
   nvtx_end(range.nvtx_id);
-  if (range.trace) range.trace->record(range.name, range.start, std::chrono::steady_clock::now(), range.step);
+  if (range.trace) range.trace->record_async(range.name, range.start, std::chrono::steady_clock::now(), range.step);
 }
 
 void PhaseRecorder::add_measured(Phase phase, double seconds) {

@@ -48,8 +48,9 @@ class PhaseRecorder {
 
   // A range that begins on one thread and ends on another: a collective in flight. It is an NVTX
   // start/end range in the ddpbench domain (Nsight shows it beside the thread's nested ranges) and,
-  // while a trace is recorded, a trace event on the thread that ends it (the communication
-  // thread's own row). Not part of the step's phase times: it overlaps them.
+  // while a trace is recorded, an async trace range (TraceRecorder::record_async): ranges in flight
+  // overlap one another, and a completion can be seen on any thread, the step's own included (a
+  // callback attached to finished work runs at once). Not part of the step's phase times.
   struct AsyncRange {
     bool active = false;
     std::uint64_t nvtx_id = 0;

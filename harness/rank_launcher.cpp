@@ -92,7 +92,7 @@ RankLauncher::RankLauncher(RankLaunchOptions options) : options_(std::move(optio
 
 RankLauncher::~RankLauncher() = default;
 
-std::string RankLauncher::run(const std::string& task, const std::function<void(std::int64_t)>& on_steps,
+RankTaskOutput RankLauncher::run(const std::string& task, const std::function<void(std::int64_t)>& on_steps,
                               const std::function<bool()>& stop_requested) {
   const std::string prefix = "task" + std::to_string(next_task_++);
   auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_->tcp);
@@ -197,8 +197,18 @@ std::string RankLauncher::run(const std::string& task, const std::function<void(
     }
     if (!any_failed && running_count() == 0) {
       if (!store->check({task_keys::kResult})) throw CaseFailure("rank 0 exited without a result");
+      RankTaskOutput out;
       const auto bytes = store->get(task_keys::kResult);
-      return std::string(bytes.begin(), bytes.end());
+      out.result.assign(bytes.begin(), bytes.end());
+      for (int r = 0; r < n; ++r) {
+        std::string events;
+        if (store->check({task_keys::trace(r)})) {
+          const auto trace = store->get(task_keys::trace(r));
+          events.assign(trace.begin(), trace.end());
+        }
+        out.traces.push_back(std::move(events));
+      }
+      return out;
     }
     if (any_failed && !first_failure) first_failure = Clock::now();
     bool signalled = false;

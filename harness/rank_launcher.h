@@ -30,7 +30,14 @@ namespace task_keys {
 inline const char* kSteps = "steps";    // rank 0 adds 1 after every step
 inline const char* kResult = "result";  // rank 0's encoded result
 inline std::string error(int rank) { return "error/" + std::to_string(rank); }
+inline std::string trace(int rank) { return "trace/" + std::to_string(rank); }  // its encoded trace events
 }  // namespace task_keys
+
+// What a task's ranks leave behind when every one of them succeeded.
+struct RankTaskOutput {
+  std::string result;               // rank 0's encoded result
+  std::vector<std::string> traces;  // each rank's encoded trace events (empty: none recorded)
+};
 
 struct RankLaunchOptions {
   std::string executable;         // the ddpbench binary
@@ -46,12 +53,12 @@ class RankLauncher {
   RankLauncher(const RankLauncher&) = delete;
   RankLauncher& operator=(const RankLauncher&) = delete;
 
-  // Runs `task` (DDPBENCH_RANK_TASK) on world_size fresh ranks and returns rank 0's result.
+  // Runs `task` (DDPBENCH_RANK_TASK) on world_size fresh ranks and returns what they left.
   // `on_steps` hears rank 0's step count at every poll: the launcher, not the caller's step
   // watchdog, judges hangs while ranks run (a rank's broken collective fails within --timeout,
   // then the ranks still running get a short grace before they are declared hung). Throws CaseFailure naming the failed rank,
   // or RunInterrupted when `stop_requested` turns true (after ending every rank).
-  std::string run(const std::string& task, const std::function<void(std::int64_t)>& on_steps,
+  RankTaskOutput run(const std::string& task, const std::function<void(std::int64_t)>& on_steps,
                   const std::function<bool()>& stop_requested);
 
   int world_size() const { return options_.world_size; }

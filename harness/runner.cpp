@@ -142,7 +142,8 @@ double CaseRecord::median_items_per_second() const {
 }
 
 std::string RankTask::encode() const {
-  return (kind == Kind::Parity ? "parity " : "repetition " + std::to_string(repetition) + " ") + case_name;
+  return (kind == Kind::Parity ? "parity " : "repetition " + std::to_string(repetition) + " ") + case_name +
+         (trace ? " trace" : "");
 }
 
 RankTask RankTask::decode(const std::string& text) {
@@ -157,8 +158,11 @@ RankTask RankTask::decode(const std::string& text) {
     throw UsageError("DDPBENCH_RANK_TASK=" + text + ": expected 'parity CASE' or 'repetition N CASE'");
   }
   in >> task.case_name;
-  if (!in || task.case_name.empty()) {
-    throw UsageError("DDPBENCH_RANK_TASK=" + text + ": expected 'parity CASE' or 'repetition N CASE'");
+  const bool named = static_cast<bool>(in) && !task.case_name.empty();
+  std::string flag;
+  if (named && in >> flag) task.trace = flag == "trace";
+  if (!named || (!flag.empty() && !task.trace)) {
+    throw UsageError("DDPBENCH_RANK_TASK=" + text + ": expected 'parity CASE' or 'repetition N CASE [trace]'");
   }
   return task;
 }
@@ -276,7 +280,7 @@ bool Runner::delegated(const CaseSpec& spec) const {
   return launcher_ != nullptr && group_ == nullptr && StrategyRegistry::instance().get(spec.strategy).multi_process;
 }
 
-std::string Runner::run_on_ranks(const RankTask& task) {
+RankTaskOutput Runner::run_on_ranks(const RankTask& task) {
   return launcher_->run(
       task.encode(), [this](std::int64_t) { progress(); }, [] { return stop_requested(); });
 }
@@ -311,7 +315,7 @@ void Runner::check_parity(CaseRecord& record) {
   if (steps == 0) return;
   for (auto* sink : sinks_) sink->on_progress(record.spec.name(), "parity check", 0, steps);
   const ParityRecord parity = delegated(record.spec)
-                                  ? codec::decode_parity(run_on_ranks({RankTask::Kind::Parity, record.spec.name(), 0}))
+                                  ? codec::decode_parity(run_on_ranks({RankTask::Kind::Parity, record.spec.name(), 0}).result)
                                   : measure_parity(record.spec);
   judge_parity(record, parity);
   if (group_ != nullptr) {
@@ -380,7 +384,17 @@ void Runner::judge_parity(CaseRecord& record, const ParityRecord& parity) const 
 
 RepetitionRecord Runner::run_repetition(const CaseRecord& record, int index) {
   if (delegated(record.spec)) {
-    return codec::decode_repetition(run_on_ranks({RankTask::Kind::Repetition, record.spec.name(), index}));
+    const RankTaskOutput out =
+        run_on_ranks({RankTask::Kind::Repetition, record.spec.name(), index, /*trace=*/options_.trace != nullptr});
+    if (options_.trace) {
+      // Each rank's measured steps, in its own file, on the same timeline as this process's.
+      options_.trace->set_context(record.spec.name(), index);
+      for (int r = 0; r < static_cast<int>(out.traces.size()); ++r) {
+        options_.trace->merge(out.traces[static_cast<size_t>(r)], r,
+                              record.spec.strategy + " rank " + std::to_string(r) + " process");
+      }
+    }
+    return codec::decode_repetition(out.result);
   }
   RepetitionRecord rep = measure_repetition(record, index);
   if (group_ != nullptr) gather_ranks(record.spec, rep);
@@ -425,7 +439,18 @@ std::string Runner::run_rank_task(const RankTask& task) {
       const ParityRecord parity = measure_parity(c.spec);
       return group_->rank() == 0 ? codec::encode(parity) : std::string();
     }
+    // A traced repetition: this rank's events go to the launcher through the store.
+    std::optional<TraceRecorder> trace;
+    if (task.trace) {
+      trace.emplace(group_->rank(), group_->size());
+      options_.trace = &*trace;
+    }
     RepetitionRecord rep = run_repetition(c, task.repetition);
+    if (trace) {
+      options_.trace = nullptr;
+      const std::string events = trace->encode();
+      group_->store().set(task_keys::trace(group_->rank()), std::vector<uint8_t>(events.begin(), events.end()));
+    }
     return group_->rank() == 0 ? codec::encode(rep) : std::string();
   }
   throw UsageError("DDPBENCH_RANK_TASK: no case named " + task.case_name + " in this run");

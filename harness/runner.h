@@ -38,6 +38,7 @@ struct RunnerOptions {
 
 class ProcessGroupContext;
 class RankLauncher;
+struct RankTaskOutput;
 
 // One unit of a multi-process case that ddpbench's launcher hands to fresh rank processes.
 struct RankTask {
@@ -45,6 +46,7 @@ struct RankTask {
   Kind kind = Kind::Parity;
   std::string case_name;
   int repetition = 0;
+  bool trace = false;  // a repetition's ranks record trace events and leave them in the store
   std::string encode() const;
   static RankTask decode(const std::string& text);  // throws UsageError on malformed text
 };
@@ -112,7 +114,7 @@ class Runner {
   void gather_ranks(const CaseSpec& spec, RepetitionRecord& rep);
   // Multi-process cases outside a rank process run on the launcher's ranks.
   bool delegated(const CaseSpec& spec) const;
-  std::string run_on_ranks(const RankTask& task);
+  RankTaskOutput run_on_ranks(const RankTask& task);
   // An asynchronous case's final loss against single's at the same samples seen, if single ran.
   std::optional<LossVsSingle> loss_against_single(const CaseRecord& c) const;
   void finish_case_error(CaseRecord& record, const std::exception& error);

@@ -1,16 +1,30 @@
 #include "harness/trace.h"
 
 #include <pthread.h>
-#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "harness/atomic_file.h"
 
 namespace ddpbench {
+namespace {
+
+std::int64_t since_epoch_ns(TraceRecorder::Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// Merged rows are keyed apart from pthread_self() values, which are user-space addresses.
+constexpr std::uint64_t kMergedRowTag = std::uint64_t{1} << 63;
+
+}  // namespace
 
 TraceRecorder::TraceRecorder(int rank, int world_size)
-    : rank_(rank), world_size_(world_size), origin_(std::chrono::steady_clock::now()) {
+    : rank_(rank), world_size_(world_size), origin_(Clock::now()) {
   contexts_.emplace_back("", 0);
 }
 
@@ -19,19 +33,18 @@ void TraceRecorder::set_context(const std::string& case_name, int repetition) {
   contexts_.emplace_back(case_name, repetition);
 }
 
-void TraceRecorder::record(const char* name, std::chrono::steady_clock::time_point start,
-                           std::chrono::steady_clock::time_point end, std::int64_t step) {
-  using std::chrono::duration_cast;
-  using std::chrono::microseconds;
-  Event e{name,
-          duration_cast<microseconds>(start - origin_).count(),
-          duration_cast<microseconds>(end - start).count(),
-          static_cast<std::uint64_t>(pthread_self()),
-          step,
-          0};
+void TraceRecorder::record(const char* name, Clock::time_point start, Clock::time_point end, std::int64_t step) {
+  add({name, since_epoch_ns(start), since_epoch_ns(end), static_cast<std::uint64_t>(pthread_self()), step, 0, rank_, false});
+}
+
+void TraceRecorder::record_async(const char* name, Clock::time_point start, Clock::time_point end, std::int64_t step) {
+  add({name, since_epoch_ns(start), since_epoch_ns(end), static_cast<std::uint64_t>(pthread_self()), step, 0, rank_, true});
+}
+
+void TraceRecorder::add(Event e) {
   std::lock_guard<std::mutex> lock(mutex_);
   e.context = static_cast<int>(contexts_.size()) - 1;
-  events_.push_back(e);
+  events_.push_back(std::move(e));
 }
 
 std::size_t TraceRecorder::size() const {
@@ -39,36 +52,121 @@ std::size_t TraceRecorder::size() const {
   return events_.size();
 }
 
-std::string TraceRecorder::to_json() const {
-  using nlohmann::json;
+std::string TraceRecorder::encode() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  json events = json::array();
   std::vector<std::uint64_t> threads;
+  std::ostringstream out;
   for (const auto& e : events_) {
     auto it = std::find(threads.begin(), threads.end(), e.thread);
     if (it == threads.end()) it = threads.insert(threads.end(), e.thread);
-    const auto& [case_name, repetition] = contexts_[static_cast<size_t>(e.context)];
-    events.push_back({{"name", e.name},
-                      {"cat", std::string(e.name) == "step" ? "step" : "phase"},
-                      {"ph", "X"},
-                      {"ts", e.start_us},
-                      {"dur", e.duration_us},
-                      {"pid", rank_},
-                      {"tid", static_cast<int>(it - threads.begin())},
-                      {"args", {{"case", case_name}, {"repetition", repetition}, {"step", e.step}}}});
+    out << e.name << ' ' << e.start_ns << ' ' << e.end_ns << ' ' << (it - threads.begin()) << ' ' << e.step << ' '
+        << (e.async ? 'b' : 'X') << '\n';
   }
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_},
-                    {"args", {{"name", "ddpbench rank " + std::to_string(rank_)}}}});
+  return out.str();
+}
+
+void TraceRecorder::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.clear();
+}
+
+void TraceRecorder::merge(const std::string& encoded, int rank, const std::string& process_label) {
+  std::vector<Event> decoded;
+  std::istringstream lines(encoded);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream in(line);
+    Event e{};
+    std::uint64_t thread = 0;
+    char kind = 0;
+    if (!(in >> e.name >> e.start_ns >> e.end_ns >> thread >> e.step >> kind) || e.end_ns < e.start_ns ||
+        (kind != 'X' && kind != 'b')) {
+      throw std::runtime_error("malformed trace events from " + process_label + ": '" + line + "'");
+    }
+    e.thread = thread;  // the process's own thread number until it is given a row below
+    e.async = kind == 'b';
+    e.rank = rank;
+    decoded.push_back(std::move(e));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int context = static_cast<int>(contexts_.size()) - 1;
+  for (auto& e : decoded) {
+    const std::string row = process_label + (e.thread == 0 ? "" : " thread " + std::to_string(e.thread));
+    auto [it, added] = merged_rows_.emplace(row, kMergedRowTag | merged_rows_.size());
+    if (added) row_names_[it->second] = row;
+    e.thread = it->second;
+    e.context = context;
+    events_.push_back(std::move(e));
+  }
+}
+
+std::string TraceRecorder::to_json(int rank) const {
+  using nlohmann::json;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::int64_t origin_ns = since_epoch_ns(origin_);
+  json events = json::array();
+  std::vector<std::uint64_t> threads;
+  int highest_rank = std::max(rank_, world_size_ - 1);
+  int async_id = 0;
+  for (const auto& e : events_) {
+    highest_rank = std::max(highest_rank, e.rank);
+    if (e.rank != rank) continue;
+    auto it = std::find(threads.begin(), threads.end(), e.thread);
+    if (it == threads.end()) it = threads.insert(threads.end(), e.thread);
+    const auto& [case_name, repetition] = contexts_[static_cast<size_t>(e.context)];
+    const json args = {{"case", case_name}, {"repetition", repetition}, {"step", e.step}};
+    const int tid = static_cast<int>(it - threads.begin());
+    const std::int64_t start_us = (e.start_ns - origin_ns) / 1000;
+    const std::int64_t end_us = start_us + (e.end_ns - e.start_ns) / 1000;
+    if (e.async) {
+      ++async_id;
+      events.push_back({{"name", e.name}, {"cat", "comm"}, {"ph", "b"}, {"id", async_id}, {"ts", start_us},
+                        {"pid", rank}, {"tid", tid}, {"args", args}});
+      events.push_back({{"name", e.name}, {"cat", "comm"}, {"ph", "e"}, {"id", async_id}, {"ts", end_us},
+                        {"pid", rank}, {"tid", tid}});
+      continue;
+    }
+    events.push_back({{"name", e.name},
+                      {"cat", e.name == "step" ? "step" : "phase"},
+                      {"ph", "X"},
+                      {"ts", start_us},
+                      {"dur", end_us - start_us},
+                      {"pid", rank},
+                      {"tid", tid},
+                      {"args", args}});
+  }
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank},
+                    {"args", {{"name", "ddpbench rank " + std::to_string(rank)}}}});
+  for (std::size_t t = 0; t < threads.size(); ++t) {
+    const auto name = row_names_.find(threads[t]);
+    if (name == row_names_.end()) continue;
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", static_cast<int>(t)},
+                      {"args", {{"name", name->second}}}});
+  }
   return json{{"traceEvents", events},
               {"displayTimeUnit", "ms"},
-              {"distributedInfo", {{"rank", rank_}, {"world_size", world_size_}, {"backend", "ddpbench"}}}}
+              {"distributedInfo", {{"rank", rank}, {"world_size", highest_rank + 1}, {"backend", "ddpbench"}}}}
       .dump();
 }
 
-std::string TraceRecorder::write(const std::string& dir) const {
-  const std::string path = dir + "/ddpbench-rank" + std::to_string(rank_) + ".json";
-  write_file_atomically(path, to_json());
-  return path;
+std::vector<std::string> TraceRecorder::write(const std::string& dir) const {
+  std::set<int> ranks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& e : events_) ranks.insert(e.rank);
+  }
+  ranks.erase(rank_);
+  std::vector<std::string> paths;
+  for (int rank : ranks) {
+    const std::string path = dir + "/" + file_name(rank);
+    write_file_atomically(path, to_json(rank));
+    paths.push_back(path);
+  }
+  // This recorder's own file last, so that its presence says the others are complete.
+  const std::string own = dir + "/" + file_name(rank_);
+  write_file_atomically(own, to_json(rank_));
+  paths.insert(paths.begin(), own);
+  return paths;
 }
 
 }  // namespace ddpbench

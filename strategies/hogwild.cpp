@@ -16,6 +16,7 @@
 #include "harness/stats.h"
 #include "harness/strategy.h"
 #include "harness/torch_compat.h"
+#include "harness/trace.h"
 #include "strategies/hogwild_processes.h"
 #include "strategies/hogwild_worker.h"
 
@@ -124,7 +125,7 @@ class HogwildStrategy final : public Strategy {
     {
       // Copying the batch into the shared buffer and handing out the rows: this mode's scatter.
       auto scope = phases.scope(Phase::Scatter);
-      processes_->send(batch);
+      processes_->send(batch, phases.trace() ? std::optional<std::int64_t>(phases.step_index()) : std::nullopt);
     }
     // Worker 0's phases as it timed them; the rest of the wait (pipes, wake-ups, a slower worker)
     // is worker_wait.
@@ -132,6 +133,11 @@ class HogwildStrategy final : public Strategy {
     const HogwildProcessesStep result = processes_->wait();
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
     add_worker_phases(phases, result.worker0_phases, waited);
+    if (auto* trace = phases.trace()) {
+      for (size_t i = 0; i < result.worker_traces.size(); ++i) {
+        trace->merge(result.worker_traces[i], trace->rank(), "hogwild worker " + std::to_string(i) + " process");
+      }
+    }
     staleness_.insert(staleness_.end(), result.staleness.begin(), result.staleness.end());
     peak_rss_ = result.peak_rss_bytes;
     return torch::tensor(result.loss, torch::kFloat64);

@@ -17,6 +17,7 @@
 #include "harness/child_process.h"
 #include "harness/device_set.h"
 #include "harness/errors.h"
+#include "harness/trace.h"
 #include "strategies/hogwild_worker.h"
 
 namespace ddpbench {
@@ -62,6 +63,7 @@ struct Command {
   std::int64_t step;
   std::int64_t row_begin;
   std::int64_t rows;
+  std::int64_t trace_step;  // record this update's ranges as trace events, under this step number; -1: do not
 };
 
 // Worker to parent; smaller than PIPE_BUF, so each write arrives whole.
@@ -74,6 +76,7 @@ struct Reply {
   double forward_seconds, backward_seconds, optimizer_seconds;
   std::int64_t peak_rss_bytes;
   char message[512];
+  char trace[2048];  // the update's trace events (TraceRecorder::encode), when asked for
 };
 static_assert(sizeof(Reply) < PIPE_BUF, "a reply must be written atomically");
 
@@ -353,7 +356,7 @@ void HogwildProcesses::stop_all(bool kill_now) {
   }
 }
 
-void HogwildProcesses::send(const Batch& batch) {
+void HogwildProcesses::send(const Batch& batch, std::optional<std::int64_t> trace_step) {
   const std::int64_t rows = batch.inputs.size(0);
   if (rows > config_.global_batch || batch.targets.size(0) != rows) {
     throw CaseFailure("hogwild processes mode: a batch larger than the global batch");
@@ -370,7 +373,7 @@ void HogwildProcesses::send(const Batch& batch) {
   std::int64_t begin = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     shard_rows_[static_cast<std::size_t>(i)] = rows / n + (i < rows % n ? 1 : 0);
-    const Command command{next_step_, begin, shard_rows_[static_cast<std::size_t>(i)]};
+    const Command command{next_step_, begin, shard_rows_[static_cast<std::size_t>(i)], trace_step.value_or(-1)};
     begin += command.rows;
     if (!write_exactly(workers_[static_cast<std::size_t>(i)].command_fd, &command, sizeof(command))) {
       int status = 0;
@@ -386,11 +389,13 @@ void HogwildProcesses::send(const Batch& batch) {
 HogwildProcessesStep HogwildProcesses::wait() {
   HogwildProcessesStep out;
   out.peak_rss_bytes.resize(workers_.size());
+  out.worker_traces.resize(workers_.size());
   double weighted_loss = 0;
   collect("update", [&](int i, const Reply& reply) {
     weighted_loss += reply.loss * static_cast<double>(shard_rows_[static_cast<std::size_t>(i)]);
     if (reply.wrote) out.staleness.push_back(reply.staleness);
     out.peak_rss_bytes[static_cast<std::size_t>(i)] = reply.peak_rss_bytes;
+    out.worker_traces[static_cast<std::size_t>(i)].assign(reply.trace, strnlen(reply.trace, sizeof(reply.trace)));
     if (i == 0) {
       out.worker0_phases[static_cast<int>(Phase::Forward)] = reply.forward_seconds;
       out.worker0_phases[static_cast<int>(Phase::Backward)] = reply.backward_seconds;
@@ -437,10 +442,13 @@ int hogwild_worker_main() {
     ready.kind = Reply::Ready;
     if (!write_exactly(kReplyFd, &ready, sizeof(ready))) return 1;
     PhaseRecorder phases;
+    TraceRecorder trace(0, 1);  // the parent merges the events into its own file
     Command command{};
     while (read_exactly(kCommandFd, &command, sizeof(command))) {  // end of file: the run is over
       if (command.step == 2 && fault == "kill") ::raise(SIGKILL);                               // injected fault
       while (command.step == 2 && fault == "hang") std::this_thread::sleep_for(std::chrono::seconds(1));  // injected
+      phases.set_trace(command.trace_step >= 0 ? &trace : nullptr);
+      phases.set_step(command.trace_step);
       phases.begin_step();
       const HogwildUpdate update =
           worker.step(inputs.narrow(0, command.row_begin, command.rows), targets.narrow(0, command.row_begin, command.rows), phases);
@@ -454,6 +462,14 @@ int hogwild_worker_main() {
       reply.backward_seconds = phases.step_seconds()[static_cast<int>(Phase::Backward)];
       reply.optimizer_seconds = phases.step_seconds()[static_cast<int>(Phase::Optimizer)];
       reply.peak_rss_bytes = peak_rss_bytes();
+      if (command.trace_step >= 0) {
+        const std::string events = trace.encode();
+        trace.clear();
+        // Whole events only: a step's few ranges fit, but never write a partial line.
+        const std::size_t fits = events.size() < sizeof(reply.trace) ? events.size()
+                                                                      : events.rfind('\n', sizeof(reply.trace) - 2) + 1;
+        std::memcpy(reply.trace, events.data(), fits);
+      }
       if (!write_exactly(kReplyFd, &reply, sizeof(reply))) return 1;
     }
     return 0;

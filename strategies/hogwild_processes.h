@@ -43,6 +43,7 @@ struct HogwildProcessesStep {
   std::vector<std::int64_t> staleness;  // of the workers' updates that wrote this step
   PhaseSeconds worker0_phases{};        // forward, backward, optimizer as worker 0 timed them
   std::vector<std::int64_t> peak_rss_bytes;  // each worker process's peak so far
+  std::vector<std::string> worker_traces;     // each worker's trace events of this update (TraceRecorder::encode)
 };
 
 class HogwildProcesses {
@@ -57,8 +58,9 @@ class HogwildProcesses {
 
   // One update by every worker on its rows of `batch`, in two halves: send() copies the batch into
   // the shared buffer and hands out the rows, wait() collects every worker's reply. Both throw
-  // CaseFailure naming a failed worker.
-  void send(const Batch& batch);
+  // CaseFailure naming a failed worker. With `trace_step`, the workers record the update's step and
+  // phase ranges under that step number and send them back.
+  void send(const Batch& batch, std::optional<std::int64_t> trace_step = std::nullopt);
   HogwildProcessesStep wait();
 
   std::vector<pid_t> worker_pids() const;

@@ -21,6 +21,7 @@
 #include "harness/errors.h"
 #include "harness/process_group.h"
 #include "harness/rank_env.h"
+#include "harness/runner.h"
 #include "strategies/gradient_bucketer.h"
 #include "tests/test_support.h"
 #include "workloads/workload.h"
@@ -226,6 +227,21 @@ TEST(RankEnv, BadValuesNameTheVariable) {
   EXPECT_EQ(with("RANK", "1"), "");
 }
 
+TEST(RankTask, EncodesAndDecodesWithOrWithoutTracing) {
+  for (const RankTask& task : {RankTask{RankTask::Kind::Parity, "mlp/ddp/world:2", 0, false},
+                               RankTask{RankTask::Kind::Repetition, "mlp/ddp/world:2", 3, false},
+                               RankTask{RankTask::Kind::Repetition, "mlp/ddp/world:2", 4, true}}) {
+    const RankTask back = RankTask::decode(task.encode());
+    EXPECT_EQ(back.kind, task.kind) << task.encode();
+    EXPECT_EQ(back.case_name, task.case_name) << task.encode();
+    EXPECT_EQ(back.repetition, task.repetition) << task.encode();
+    EXPECT_EQ(back.trace, task.trace) << task.encode();
+  }
+  EXPECT_THROW(RankTask::decode("repetition 1 mlp/ddp/world:2 loud"), UsageError);
+  EXPECT_THROW(RankTask::decode("repetition 1"), UsageError);
+  EXPECT_THROW(RankTask::decode("sometimes mlp/ddp/world:2"), UsageError);
+}
+
 // ---- whole runs of real rank processes ------------------------------------------------------
 
 std::vector<std::string> ddp_run(const std::string& json_path, std::vector<std::string> extra) {
@@ -288,6 +304,79 @@ TEST(DdpRun, Rank0SavesACheckpointThatLoadsIntoThePlainModel) {
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) files += e.is_regular_file() ? 1 : 0;
   EXPECT_EQ(files, 1);
+}
+
+// Every bucket's all-reduce in a trace file: an async range (ranges in flight overlap) from launch
+// to completion, inside the step it belongs to; at least one per measured step.
+void expect_allreduces_inside_steps(const testing::TraceFile& trace, std::size_t measured_steps) {
+  std::vector<json> steps, allreduces;
+  for (const auto& e : trace.events) {
+    if (e["args"]["case"] != "mlp/ddp/world:2") continue;
+    if (e["name"] == "step") steps.push_back(e);
+    if (e["name"] == "allreduce") allreduces.push_back(e);
+  }
+  EXPECT_EQ(steps.size(), measured_steps);
+  EXPECT_GE(allreduces.size(), measured_steps) << "at least one bucket a step";
+  for (const auto& a : allreduces) {
+    EXPECT_TRUE(a.value("async", false)) << a.dump();
+    EXPECT_TRUE(std::any_of(steps.begin(), steps.end(), [&](const json& s) { return s["args"] == a["args"] && testing::within(a, s); }))
+        << a.dump();
+  }
+}
+
+TEST(DdpRun, TraceHasAFilePerLaunchedRankOnTheLaunchersTimeline) {
+  ScratchDir dir;
+  const auto r =
+      run_process(ddp_run(dir.file("r.json"), {"--strategy", "single,ddp", "--repetitions", "2", "--trace", dir.path()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<testing::TraceFile> files;
+  for (int rank = 0; rank < 2; ++rank) {
+    files.push_back(testing::read_trace(dir.file("ddpbench-rank" + std::to_string(rank) + ".json")));
+    EXPECT_EQ(files.back().doc["distributedInfo"]["rank"], rank);
+    EXPECT_EQ(files.back().doc["distributedInfo"]["world_size"], 2);
+  }
+  auto events_of = [](const testing::TraceFile& f, const std::string& case_name, const std::string& name) {
+    std::vector<nlohmann::json> out;
+    for (const auto& e : f.events) {
+      if (e["args"]["case"] == case_name && e["name"] == name) out.push_back(e);
+    }
+    return out;
+  };
+  // Rank 0's file holds this process's own cases and launched rank 0's; rank 1's only its ddp.
+  EXPECT_EQ(events_of(files[0], "mlp/single/world:1", "step").size(), 2u * 3u);
+  EXPECT_TRUE(events_of(files[1], "mlp/single/world:1", "step").empty());
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto& f = files[static_cast<size_t>(rank)];
+    const auto steps = events_of(f, "mlp/ddp/world:2", "step");
+    ASSERT_EQ(steps.size(), 2u * 3u) << "2 repetitions x 3 measured steps, each rank process";
+    const int step_row = steps[0]["tid"].get<int>();
+    EXPECT_EQ(f.row_names.at(step_row), "ddp rank " + std::to_string(rank) + " process");
+    for (const char* phase : {"forward", "backward", "optimizer"}) {
+      const auto ranges = events_of(f, "mlp/ddp/world:2", phase);
+      EXPECT_EQ(ranges.size(), steps.size()) << phase;
+      for (const auto& p : ranges) {
+        EXPECT_TRUE(std::any_of(steps.begin(), steps.end(),
+                                [&](const auto& s) { return s["args"] == p["args"] && testing::within(p, s); }))
+            << p.dump();
+      }
+    }
+    expect_allreduces_inside_steps(f, steps.size());
+  }
+  // One timeline: the ranks' steps run in lockstep (every step ends in an all-reduce both take
+  // part in), so each step of rank 0 overlaps the same step of rank 1 in time.
+  const auto steps0 = events_of(files[0], "mlp/ddp/world:2", "step");
+  const auto steps1 = events_of(files[1], "mlp/ddp/world:2", "step");
+  for (const auto& a : steps0) {
+    const auto b = std::find_if(steps1.begin(), steps1.end(), [&](const auto& s) { return s["args"] == a["args"]; });
+    ASSERT_NE(b, steps1.end()) << a.dump();
+    const long a_end = a["ts"].get<long>() + a["dur"].get<long>(), b_end = (*b)["ts"].get<long>() + (*b)["dur"].get<long>();
+    EXPECT_LT(a["ts"].get<long>(), b_end) << a.dump() << (*b).dump();
+    EXPECT_LT((*b)["ts"].get<long>(), a_end) << a.dump() << (*b).dump();
+  }
+  // ...and after this process's first single repetition (cases interleave: single, ddp, single, ddp).
+  const auto single = events_of(files[0], "mlp/single/world:1", "step");
+  EXPECT_LT(single.front()["ts"].get<long>(), steps0.front()["ts"].get<long>());
+  EXPECT_NE(r.out.find("ddpbench-rank1.json"), std::string::npos) << r.out;
 }
 
 TEST(DdpRun, KilledRankFailsTheCaseNamesItAndLeavesNoProcess) {
@@ -379,22 +468,10 @@ TEST(DdpExternalLaunch, TorchrunStyleRanksRunAndRank0AloneWritesTheJson) {
   EXPECT_EQ((*ddp)["ddpbench"]["ranks"].size(), 2u);
   // One trace file per rank, each saying which rank it is.
   for (int rank = 0; rank < 2; ++rank) {
-    const json trace = json::parse(read_text(dir.file("ddpbench-rank" + std::to_string(rank) + ".json")));
-    EXPECT_EQ(trace["distributedInfo"]["rank"], rank);
-    EXPECT_EQ(trace["distributedInfo"]["world_size"], 2);
-    // Every bucket's all-reduce, launch to completion, on a thread other than the step's.
-    std::set<int> step_threads, allreduce_threads;
-    int allreduces = 0;
-    for (const auto& e : trace["traceEvents"]) {
-      if (e["ph"] != "X") continue;
-      if (e["name"] == "step") step_threads.insert(e["tid"].get<int>());
-      if (e["name"] == "allreduce") {
-        ++allreduces;
-        allreduce_threads.insert(e["tid"].get<int>());
-      }
-    }
-    EXPECT_GE(allreduces, 3) << "3 measured steps, at least one bucket each";
-    for (int t : allreduce_threads) EXPECT_EQ(step_threads.count(t), 0u) << "allreduce on the step's own thread";
+    const auto trace = testing::read_trace(dir.file("ddpbench-rank" + std::to_string(rank) + ".json"));
+    EXPECT_EQ(trace.doc["distributedInfo"]["rank"], rank);
+    EXPECT_EQ(trace.doc["distributedInfo"]["world_size"], 2);
+    expect_allreduces_inside_steps(trace, 3);
   }
   // Single-process strategies are no business of a rank: skipped, with the reason.
   EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "skipped");

@@ -279,6 +279,38 @@ TEST(HogwildThreadsRun, TraceHasEveryWorkersStepWithItsPhases) {
   EXPECT_EQ(threads_of["data"].size(), 1u);
 }
 
+TEST(HogwildProcessesRun, TraceHasEveryWorkerProcesssStepInsideTheParentsStep) {
+  ScratchDir dir;
+  const auto r = run_process(hogwild_run("", {"--trace", dir.path(), "--hogwild-mode", "processes"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto trace = testing::read_trace(dir.file("ddpbench-rank0.json"));
+  std::vector<json> parent_steps;
+  std::map<std::string, std::vector<json>> worker_events;  // row name -> its events
+  for (const auto& e : trace.events) {
+    const auto row = trace.row_names.find(e["tid"].get<int>());
+    if (row == trace.row_names.end()) {
+      if (e["name"] == "step") parent_steps.push_back(e);
+    } else {
+      worker_events[row->second].push_back(e);
+    }
+  }
+  ASSERT_EQ(parent_steps.size(), 3u);
+  ASSERT_EQ(worker_events.size(), 2u) << "a row for each worker process";
+  for (int w = 0; w < 2; ++w) {
+    const auto& events = worker_events["hogwild worker " + std::to_string(w) + " process"];
+    std::map<std::string, int> count;
+    for (const auto& e : events) {
+      ++count[e["name"].get<std::string>()];
+      // Recorded in the worker process, on this process's timeline, inside the step it belongs to.
+      const auto parent = std::find_if(parent_steps.begin(), parent_steps.end(),
+                                       [&](const json& s) { return s["args"] == e["args"]; });
+      ASSERT_NE(parent, parent_steps.end()) << e.dump();
+      EXPECT_TRUE(testing::within(e, *parent)) << e.dump() << parent->dump();
+    }
+    for (const char* name : {"step", "forward", "backward", "optimizer"}) EXPECT_EQ(count[name], 3) << name << " of worker " << w;
+  }
+}
+
 TEST(HogwildProcessesRun, KilledWorkerFailsTheRunNamesItAndLeavesNothingBehind) {
   ScratchDir dir;
   const auto marker = testing::unique_marker();

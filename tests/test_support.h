@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -165,6 +166,38 @@ inline const nlohmann::json* find_case(const nlohmann::json& doc, const std::str
     if (b["run_name"] == name && (b["run_type"] == run_type || b.contains("error_occurred"))) return &b;
   }
   return nullptr;
+}
+
+// The events of a --trace file: complete events ("ph": "X") as they are, and each async begin/end
+// pair ("b"/"e", same id) as one event with its "dur" and "async": true; and its rows' names (tid ->
+// thread_name).
+struct TraceFile {
+  nlohmann::json doc;
+  std::vector<nlohmann::json> events;
+  std::map<int, std::string> row_names;
+};
+inline TraceFile read_trace_text(const std::string& text) {
+  TraceFile t;
+  t.doc = nlohmann::json::parse(text);
+  std::map<int, nlohmann::json> begun;  // async id -> its begin event
+  for (const auto& e : t.doc["traceEvents"]) {
+    if (e["ph"] == "X") t.events.push_back(e);
+    if (e["ph"] == "b") begun[e["id"].get<int>()] = e;
+    if (e["ph"] == "e" && begun.count(e["id"].get<int>())) {
+      auto range = begun[e["id"].get<int>()];
+      range["dur"] = e["ts"].get<long>() - range["ts"].get<long>();
+      range["async"] = true;
+      t.events.push_back(range);
+    }
+    if (e["ph"] == "M" && e["name"] == "thread_name") t.row_names[e["tid"].get<int>()] = e["args"]["name"];
+  }
+  return t;
+}
+inline TraceFile read_trace(const std::string& path) { return read_trace_text(read_text(path)); }
+// Event `inner` lies within event `outer` (1 µs of slack for the rounding to whole microseconds).
+inline bool within(const nlohmann::json& inner, const nlohmann::json& outer) {
+  const auto start = inner["ts"].get<long>(), end = start + inner["dur"].get<long>();
+  return outer["ts"].get<long>() <= start && end <= outer["ts"].get<long>() + outer["dur"].get<long>() + 1;
 }
 
 }  // namespace ddpbench::testing
