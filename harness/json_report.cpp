@@ -54,7 +54,9 @@ json context_json(const RunRecord& record) {
         {"max_cv", s.max_cv},
         {"loader_workers", s.loader_workers},
         {"pin_memory", s.pin_memory},
-        {"timeout_seconds", s.timeout_seconds}}},
+        {"timeout_seconds", s.timeout_seconds},
+        // How phase times were taken: CUDA events on the GPU's stream, or the host's steady clock.
+        {"phase_timer", s.device_kind == DeviceKind::Cuda ? "cuda_events" : "steady_clock"}}},
       {"complete", record.complete},
   };
   if (!record.interruption.empty()) ddp["interruption"] = record.interruption;

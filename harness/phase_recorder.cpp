@@ -1,5 +1,6 @@
 #include "harness/phase_recorder.h"
 
+#include "harness/torch_compat.h"
 #include "harness/trace.h"
 
 #if DDPBENCH_HAVE_NVTX
@@ -62,17 +63,29 @@ void nvtx_end(std::uint64_t) {}
 
 PhaseRecorder::Scope::Scope(PhaseRecorder& recorder, Phase phase)
     : recorder_(recorder), phase_(phase), start_(std::chrono::steady_clock::now()) {
+  if (recorder_.cuda_device_ >= 0) start_event_ = compat::cuda_record_event(recorder_.cuda_device_);
   nvtx_push(phase_name(phase));
 }
 
 PhaseRecorder::Scope::~Scope() {
   nvtx_pop();
   const auto end = std::chrono::steady_clock::now();
-  const auto elapsed = end - start_;
   const int i = static_cast<int>(phase_);
   if (recorder_.trace_) recorder_.trace_->record(phase_name(phase_), start_, end, recorder_.step_index_);
-  recorder_.step_[i] += std::chrono::duration<double>(elapsed).count();
   recorder_.used_[i] = true;
+  std::shared_ptr<void> end_event;
+  if (start_event_) {
+    try {
+      end_event = compat::cuda_record_event(recorder_.cuda_device_);
+    } catch (const std::exception&) {
+      // A destructor must not throw: the host's time stands in, and the error shows at the sync.
+    }
+  }
+  if (end_event) {
+    recorder_.pending_.push_back({phase_, start_event_, std::move(end_event)});
+  } else {
+    recorder_.step_[i] += std::chrono::duration<double>(end - start_).count();
+  }
 }
 
 PhaseRecorder::AsyncRange PhaseRecorder::begin_async(const char* name) const {
@@ -99,11 +112,14 @@ void PhaseRecorder::add_measured(Phase phase, double seconds) {
 
 void PhaseRecorder::begin_step() {
   step_.fill(0.0);
+  pending_.clear();
   step_start_ = std::chrono::steady_clock::now();
   nvtx_push("step");
 }
 
 void PhaseRecorder::end_step() {
+  for (const auto& p : pending_) step_[static_cast<int>(p.phase)] += compat::cuda_elapsed_seconds(p.start, p.end);
+  pending_.clear();
   nvtx_pop();
   if (trace_) trace_->record("step", step_start_, std::chrono::steady_clock::now(), step_index_);
 }

@@ -5,6 +5,8 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 namespace ddpbench {
 
@@ -42,6 +44,7 @@ class PhaseRecorder {
     PhaseRecorder& recorder_;
     Phase phase_;
     std::chrono::steady_clock::time_point start_;
+    std::shared_ptr<void> start_event_;  // with CUDA events
   };
 
   [[nodiscard]] Scope scope(Phase phase) { return Scope(*this, phase); }
@@ -62,6 +65,13 @@ class PhaseRecorder {
   AsyncRange begin_async(const char* name) const;
   static void end_async(const AsyncRange& range);  // on any thread; ignores an inactive range
 
+  // On a CUDA device, time the phases with CUDA events on the calling thread's current stream of
+  // `device` instead of the host's clock: the host only launches GPU work, so its clock would
+  // measure launches, and the GPU's time is what a phase costs. The events are read in end_step(),
+  // after the harness has synchronized the device. -1 (the default): the steady clock. The trace's
+  // ranges stay on the host's clock (one timeline with the other processes).
+  void use_cuda_events(int device) { cuda_device_ = device; }
+
   // Where to record each step and phase range, with this step number (none: no trace).
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
   void set_step(std::int64_t step) { step_index_ = step; }
@@ -74,7 +84,8 @@ class PhaseRecorder {
   // A phase timed elsewhere (in a worker process) during this step: counted, but with no NVTX
   // range or trace event of this process's, since it did not run here.
   void add_measured(Phase phase, double seconds);
-  // Seconds spent in each phase during the current step (valid after end_step()).
+  // Seconds spent in each phase during the current step (valid after end_step(), which waits for
+  // the phases' CUDA events).
   const PhaseSeconds& step_seconds() const { return step_; }
   // Which phases were marked at least once since construction.
   bool used(Phase phase) const { return used_[static_cast<int>(phase)]; }
@@ -85,6 +96,12 @@ class PhaseRecorder {
   TraceRecorder* trace_ = nullptr;
   std::int64_t step_index_ = 0;
   std::chrono::steady_clock::time_point step_start_{};
+  int cuda_device_ = -1;
+  struct PendingEvents {
+    Phase phase;
+    std::shared_ptr<void> start, end;
+  };
+  std::vector<PendingEvents> pending_;  // this step's phases timed by CUDA events, read at end_step()
 };
 
 }  // namespace ddpbench

@@ -466,6 +466,9 @@ RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index)
   MemoryProbe memory = group_ ? MemoryProbe(devices_, 1, devices_.is_cuda() ? group_->local_rank() : 0)
                               : MemoryProbe(devices_, spec.world_size);
   PhaseRecorder phases;
+  // On CUDA the phases are the GPU's time (events on the step thread's stream of this process's
+  // device); the steps themselves stay host-timed, after synchronizing.
+  if (devices_.is_cuda()) phases.use_cuda_events(group_ ? group_->local_rank() : 0);
 
   RepetitionRecord rep;
   rep.index = index;

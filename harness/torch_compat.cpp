@@ -4,6 +4,7 @@
 #include <torch/cuda.h>
 
 #include <cstring>
+#include <stdexcept>
 
 #if DDPBENCH_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -88,6 +89,30 @@ std::shared_ptr<void> use_pool_cuda_stream(int index) {
       c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(index)));
 }
 
+namespace {
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+}  // namespace
+
+std::shared_ptr<void> cuda_record_event(int index) {
+  const auto device = static_cast<c10::DeviceIndex>(index);
+  c10::cuda::CUDAGuard guard(device);  // an event belongs to the device current at its creation
+  cudaEvent_t event = nullptr;
+  check_cuda(cudaEventCreate(&event), "cudaEventCreate");  // timing enabled (cudaEventDefault)
+  std::shared_ptr<void> handle(event, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  check_cuda(cudaEventRecord(event, c10::cuda::getCurrentCUDAStream(device).stream()), "cudaEventRecord");
+  return handle;
+}
+
+double cuda_elapsed_seconds(const std::shared_ptr<void>& start, const std::shared_ptr<void>& end) {
+  auto* end_event = static_cast<cudaEvent_t>(end.get());
+  check_cuda(cudaEventSynchronize(end_event), "cudaEventSynchronize");
+  float ms = 0;
+  check_cuda(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.get()), end_event), "cudaEventElapsedTime");
+  return static_cast<double>(ms) / 1000.0;
+}
+
 #else  // CPU-only LibTorch
 
 std::optional<std::string> cuda_version() { return std::nullopt; }
@@ -99,6 +124,8 @@ void cuda_set_device(int) {}
 void cuda_reset_peak_memory(int) {}
 CudaMemoryPeak cuda_peak_memory(int) { return {}; }
 std::shared_ptr<void> use_pool_cuda_stream(int) { return nullptr; }
+std::shared_ptr<void> cuda_record_event(int) { return nullptr; }
+double cuda_elapsed_seconds(const std::shared_ptr<void>&, const std::shared_ptr<void>&) { return 0; }
 
 #endif
 

@@ -58,6 +58,12 @@ void cuda_reset_peak_memory(int index);
 std::shared_ptr<void> use_pool_cuda_stream(int index);
 CudaMemoryPeak cuda_peak_memory(int index);
 
+// A timing CUDA event recorded now on the calling thread's current stream of device `index`; it is
+// destroyed with the last handle. Empty on CPU-only builds. Throws std::runtime_error on a CUDA error.
+std::shared_ptr<void> cuda_record_event(int index);
+// Seconds of GPU time between two recorded events of one device, waiting for `end` to complete.
+double cuda_elapsed_seconds(const std::shared_ptr<void>& start, const std::shared_ptr<void>& end);
+
 // A CPU generator seeded deterministically, independent of the global one.
 at::Generator make_cpu_generator(std::uint64_t seed);
 

@@ -103,6 +103,7 @@ class HogwildStrategy final : public Strategy {
       }
       // Each worker's own step range on its own thread, its phases nested in it, in the trace too.
       auto& own = recorders_[k];
+      if (cuda_) own.use_cuda_events(device_.index());  // on this worker's own stream
       own.set_trace(phases.trace());
       own.set_step(phases.step_index());
       own.begin_step();

@@ -194,6 +194,7 @@ TEST(Cli, JsonHoldsTheContractsValues) {
   EXPECT_EQ(doc["context"]["json_schema_version"], 1);
   EXPECT_TRUE(doc["context"]["ddpbench"]["complete"].get<bool>());
   EXPECT_EQ(doc["context"]["ddpbench"]["argv"].back(), "mlp");
+  EXPECT_EQ(doc["context"]["ddpbench"]["settings"]["phase_timer"], "steady_clock");  // a CPU run
   std::map<std::string, int> by_type;
   for (const auto& b : doc["benchmarks"]) {
     const auto& d = b["ddpbench"];
