@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <climits>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -24,7 +25,20 @@ constexpr std::uint64_t kMergedRowTag = std::uint64_t{1} << 63;
 }  // namespace
 
 TraceRecorder::TraceRecorder(int rank, int world_size)
-    : rank_(rank), world_size_(world_size), origin_(Clock::now()) {
+    : rank_(rank), world_size_(world_size) {
+  // Read the two clocks back to back, taking the pair read closest together of a few tries.
+  std::int64_t best_gap = INT64_MAX;
+  for (int i = 0; i < 5; ++i) {
+    const auto before = Clock::now();
+    const auto wall = std::chrono::system_clock::now();
+    const auto after = Clock::now();
+    const std::int64_t gap = since_epoch_ns(after) - since_epoch_ns(before);
+    if (gap < best_gap) {
+      best_gap = gap;
+      wall_offset_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(wall.time_since_epoch()).count() -
+                        (since_epoch_ns(before) + gap / 2);
+    }
+  }
   contexts_.emplace_back("", 0);
 }
 
@@ -103,7 +117,6 @@ void TraceRecorder::merge(const std::string& encoded, int rank, const std::strin
 std::string TraceRecorder::to_json(int rank) const {
   using nlohmann::json;
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::int64_t origin_ns = since_epoch_ns(origin_);
   json events = json::array();
   std::vector<std::uint64_t> threads;
   int highest_rank = std::max(rank_, world_size_ - 1);
@@ -116,7 +129,7 @@ std::string TraceRecorder::to_json(int rank) const {
     const auto& [case_name, repetition] = contexts_[static_cast<size_t>(e.context)];
     const json args = {{"case", case_name}, {"repetition", repetition}, {"step", e.step}};
     const int tid = static_cast<int>(it - threads.begin());
-    const std::int64_t start_us = (e.start_ns - origin_ns) / 1000;
+    const std::int64_t start_us = (e.start_ns + wall_offset_ns_) / 1000;
     const std::int64_t end_us = start_us + (e.end_ns - e.start_ns) / 1000;
     if (e.async) {
       ++async_id;

@@ -3,6 +3,9 @@
 // in Perfetto and chrome://tracing and readable by Holistic Trace Analysis (which finds the rank in
 // the top-level "distributedInfo").
 //
+// Times are taken on the steady clock and written as microseconds since the Unix epoch, so the files
+// of every rank, however launched, share one time axis.
+//
 // Events recorded by other processes on this host (the ranks ddpbench's launcher starts, Hogwild's
 // worker processes) come back as encoded text and are merged in: their times are the host's
 // monotonic clock (std::chrono::steady_clock is CLOCK_MONOTONIC), so they line up with this
@@ -65,7 +68,10 @@ class TraceRecorder {
   void add(Event e);
   int rank_;
   int world_size_;
-  Clock::time_point origin_;  // ts 0 in every file
+  // Added to the steady clock's readings to give "ts": microseconds since the Unix epoch. Files of
+  // ranks on one host then line up exactly (one monotonic clock, each process's offset read at
+  // its start), and ranks on other hosts as well as their clocks agree.
+  std::int64_t wall_offset_ns_ = 0;
   mutable std::mutex mutex_;
   std::vector<Event> events_;
   std::vector<std::pair<std::string, int>> contexts_;        // (case, repetition)

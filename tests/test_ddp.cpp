@@ -324,6 +324,27 @@ void expect_allreduces_inside_steps(const testing::TraceFile& trace, std::size_t
   }
 }
 
+// Two ranks' trace files share one time axis: the ranks' steps run in lockstep (every step ends in
+// an all-reduce both take part in), so each ddp step of rank 0 overlaps the same step of rank 1.
+void expect_ranks_on_one_timeline(const testing::TraceFile& rank0, const testing::TraceFile& rank1) {
+  auto steps_of = [](const testing::TraceFile& f) {
+    std::vector<json> out;
+    for (const auto& e : f.events) {
+      if (e["args"]["case"] == "mlp/ddp/world:2" && e["name"] == "step") out.push_back(e);
+    }
+    return out;
+  };
+  const auto steps0 = steps_of(rank0), steps1 = steps_of(rank1);
+  ASSERT_FALSE(steps0.empty());
+  for (const auto& a : steps0) {
+    const auto b = std::find_if(steps1.begin(), steps1.end(), [&](const auto& s) { return s["args"] == a["args"]; });
+    ASSERT_NE(b, steps1.end()) << a.dump();
+    const long a_end = a["ts"].get<long>() + a["dur"].get<long>(), b_end = (*b)["ts"].get<long>() + (*b)["dur"].get<long>();
+    EXPECT_LT(a["ts"].get<long>(), b_end) << a.dump() << (*b).dump();
+    EXPECT_LT((*b)["ts"].get<long>(), a_end) << a.dump() << (*b).dump();
+  }
+}
+
 TEST(DdpRun, TraceHasAFilePerLaunchedRankOnTheLaunchersTimeline) {
   ScratchDir dir;
   const auto r =
@@ -362,18 +383,9 @@ TEST(DdpRun, TraceHasAFilePerLaunchedRankOnTheLaunchersTimeline) {
     }
     expect_allreduces_inside_steps(f, steps.size());
   }
-  // One timeline: the ranks' steps run in lockstep (every step ends in an all-reduce both take
-  // part in), so each step of rank 0 overlaps the same step of rank 1 in time.
-  const auto steps0 = events_of(files[0], "mlp/ddp/world:2", "step");
-  const auto steps1 = events_of(files[1], "mlp/ddp/world:2", "step");
-  for (const auto& a : steps0) {
-    const auto b = std::find_if(steps1.begin(), steps1.end(), [&](const auto& s) { return s["args"] == a["args"]; });
-    ASSERT_NE(b, steps1.end()) << a.dump();
-    const long a_end = a["ts"].get<long>() + a["dur"].get<long>(), b_end = (*b)["ts"].get<long>() + (*b)["dur"].get<long>();
-    EXPECT_LT(a["ts"].get<long>(), b_end) << a.dump() << (*b).dump();
-    EXPECT_LT((*b)["ts"].get<long>(), a_end) << a.dump() << (*b).dump();
-  }
+  expect_ranks_on_one_timeline(files[0], files[1]);
   // ...and after this process's first single repetition (cases interleave: single, ddp, single, ddp).
+  const auto steps0 = events_of(files[0], "mlp/ddp/world:2", "step");
   const auto single = events_of(files[0], "mlp/single/world:1", "step");
   EXPECT_LT(single.front()["ts"].get<long>(), steps0.front()["ts"].get<long>());
   EXPECT_NE(r.out.find("ddpbench-rank1.json"), std::string::npos) << r.out;
@@ -473,6 +485,9 @@ TEST(DdpExternalLaunch, TorchrunStyleRanksRunAndRank0AloneWritesTheJson) {
     EXPECT_EQ(trace.doc["distributedInfo"]["world_size"], 2);
     expect_allreduces_inside_steps(trace, 3);
   }
+  // Each rank timed its own file, yet they share one time axis.
+  expect_ranks_on_one_timeline(testing::read_trace(dir.file("ddpbench-rank0.json")),
+                               testing::read_trace(dir.file("ddpbench-rank1.json")));
   // Single-process strategies are no business of a rank: skipped, with the reason.
   EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "skipped");
 }

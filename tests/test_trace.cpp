@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <map>
 #include <thread>
 
@@ -75,6 +76,22 @@ TEST(TraceRecorder, AsyncRangesAreBeginEndPairsThatSurviveAMerge) {
   EXPECT_EQ(file.events[0]["dur"], 40);
   EXPECT_EQ(file.events[1]["dur"], 50);
   EXPECT_EQ(file.events[1]["ts"].get<long>() - file.events[0]["ts"].get<long>(), 10);
+}
+
+TEST(TraceRecorder, RecordersStartedAtDifferentTimesShareOneTimeAxis) {
+  // As two torchrun ranks would: each its own recorder, started apart, each writing its own file.
+  TraceRecorder early(0, 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  TraceRecorder late(1, 2);
+  const auto t = Clock::now();
+  early.record("step", t, t + microseconds(10), 0);
+  late.record("step", t, t + microseconds(10), 0);
+  const long ts0 = testing::read_trace_text(early.to_json(0)).events.at(0)["ts"].get<long>();
+  const long ts1 = testing::read_trace_text(late.to_json(1)).events.at(0)["ts"].get<long>();
+  EXPECT_LE(std::abs(ts0 - ts1), 50) << "the same instant, in microseconds";
+  // Microseconds since the Unix epoch.
+  const long now_us = std::chrono::duration_cast<microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_LE(std::abs(now_us - ts0), 1000000);
 }
 
 TEST(TraceRecorder, LaterMergesFromTheSameProcessLabelShareItsRows) {
