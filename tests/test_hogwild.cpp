@@ -329,13 +329,11 @@ TEST(HogwildProcessesRun, KilledWorkerFailsTheRunNamesItAndLeavesNothingBehind) 
 TEST(HogwildProcessesRun, HungWorkerEndsTheRunWithinTheTimeout) {
   ScratchDir dir;
   const auto marker = testing::unique_marker();
-  const auto start = std::chrono::steady_clock::now();
   const auto r = run_process(hogwild_run(dir.file("r.json"), {"--hogwild-mode", "processes", "--timeout", "3"}), 0,
                              {{"DDPBENCH_FAULT_WORKER", "0:hang"}, marker});
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("mlp/hogwild/world:2"), std::string::npos) << r.err;
-  EXPECT_LT(seconds, 3 + 10) << "the run outlived its timeout by far";
+  EXPECT_LT(r.seconds, 3 + 10) << "the run outlived its timeout by far";
   EXPECT_TRUE(testing::processes_with(testing::marker_text(marker)).empty()) << "a worker outlived the run";
 }
 

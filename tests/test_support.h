@@ -26,6 +26,7 @@ struct ProcessResult {
   int signal = 0;
   std::string out;
   std::string err;
+  double seconds = 0;  // from start to reaped: how long the run took
 };
 
 inline std::string read_text(const std::string& path) {
@@ -76,6 +77,7 @@ inline ProcessResult run_process(const std::vector<std::string>& args, int kill_
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  const auto started = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -100,6 +102,7 @@ inline ProcessResult run_process(const std::vector<std::string>& args, int kill_
   } else {
     ::waitpid(pid, &status, 0);
   }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
   r.out = read_text(out_path);
