@@ -309,12 +309,8 @@ TEST(DdpRun, Rank0SavesACheckpointThatLoadsIntoThePlainModel) {
 // Every bucket's all-reduce in a trace file: an async range (ranges in flight overlap) from launch
 // to completion, inside the step it belongs to; at least one per measured step.
 void expect_allreduces_inside_steps(const testing::TraceFile& trace, std::size_t measured_steps) {
-  std::vector<json> steps, allreduces;
-  for (const auto& e : trace.events) {
-    if (e["args"]["case"] != "mlp/ddp/world:2") continue;
-    if (e["name"] == "step") steps.push_back(e);
-    if (e["name"] == "allreduce") allreduces.push_back(e);
-  }
+  const auto steps = trace.events_of("mlp/ddp/world:2", "step");
+  const auto allreduces = trace.events_of("mlp/ddp/world:2", "allreduce");
   EXPECT_EQ(steps.size(), measured_steps);
   EXPECT_GE(allreduces.size(), measured_steps) << "at least one bucket a step";
   for (const auto& a : allreduces) {
@@ -327,14 +323,7 @@ void expect_allreduces_inside_steps(const testing::TraceFile& trace, std::size_t
 // Two ranks' trace files share one time axis: the ranks' steps run in lockstep (every step ends in
 // an all-reduce both take part in), so each ddp step of rank 0 overlaps the same step of rank 1.
 void expect_ranks_on_one_timeline(const testing::TraceFile& rank0, const testing::TraceFile& rank1) {
-  auto steps_of = [](const testing::TraceFile& f) {
-    std::vector<json> out;
-    for (const auto& e : f.events) {
-      if (e["args"]["case"] == "mlp/ddp/world:2" && e["name"] == "step") out.push_back(e);
-    }
-    return out;
-  };
-  const auto steps0 = steps_of(rank0), steps1 = steps_of(rank1);
+  const auto steps0 = rank0.events_of("mlp/ddp/world:2", "step"), steps1 = rank1.events_of("mlp/ddp/world:2", "step");
   ASSERT_FALSE(steps0.empty());
   for (const auto& a : steps0) {
     const auto b = std::find_if(steps1.begin(), steps1.end(), [&](const auto& s) { return s["args"] == a["args"]; });
@@ -356,24 +345,17 @@ TEST(DdpRun, TraceHasAFilePerLaunchedRankOnTheLaunchersTimeline) {
     EXPECT_EQ(files.back().doc["distributedInfo"]["rank"], rank);
     EXPECT_EQ(files.back().doc["distributedInfo"]["world_size"], 2);
   }
-  auto events_of = [](const testing::TraceFile& f, const std::string& case_name, const std::string& name) {
-    std::vector<nlohmann::json> out;
-    for (const auto& e : f.events) {
-      if (e["args"]["case"] == case_name && e["name"] == name) out.push_back(e);
-    }
-    return out;
-  };
   // Rank 0's file holds this process's own cases and launched rank 0's; rank 1's only its ddp.
-  EXPECT_EQ(events_of(files[0], "mlp/single/world:1", "step").size(), 2u * 3u);
-  EXPECT_TRUE(events_of(files[1], "mlp/single/world:1", "step").empty());
+  EXPECT_EQ(files[0].events_of("mlp/single/world:1", "step").size(), 2u * 3u);
+  EXPECT_TRUE(files[1].events_of("mlp/single/world:1", "step").empty());
   for (int rank = 0; rank < 2; ++rank) {
     const auto& f = files[static_cast<size_t>(rank)];
-    const auto steps = events_of(f, "mlp/ddp/world:2", "step");
+    const auto steps = f.events_of("mlp/ddp/world:2", "step");
     ASSERT_EQ(steps.size(), 2u * 3u) << "2 repetitions x 3 measured steps, each rank process";
     const int step_row = steps[0]["tid"].get<int>();
     EXPECT_EQ(f.row_names.at(step_row), "ddp rank " + std::to_string(rank) + " process");
     for (const char* phase : {"forward", "backward", "optimizer"}) {
-      const auto ranges = events_of(f, "mlp/ddp/world:2", phase);
+      const auto ranges = f.events_of("mlp/ddp/world:2", phase);
       EXPECT_EQ(ranges.size(), steps.size()) << phase;
       for (const auto& p : ranges) {
         EXPECT_TRUE(std::any_of(steps.begin(), steps.end(),
@@ -385,8 +367,8 @@ TEST(DdpRun, TraceHasAFilePerLaunchedRankOnTheLaunchersTimeline) {
   }
   expect_ranks_on_one_timeline(files[0], files[1]);
   // ...and after this process's first single repetition (cases interleave: single, ddp, single, ddp).
-  const auto steps0 = events_of(files[0], "mlp/ddp/world:2", "step");
-  const auto single = events_of(files[0], "mlp/single/world:1", "step");
+  const auto steps0 = files[0].events_of("mlp/ddp/world:2", "step");
+  const auto single = files[0].events_of("mlp/single/world:1", "step");
   EXPECT_LT(single.front()["ts"].get<long>(), steps0.front()["ts"].get<long>());
   EXPECT_NE(r.out.find("ddpbench-rank1.json"), std::string::npos) << r.out;
 }

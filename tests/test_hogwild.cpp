@@ -268,11 +268,9 @@ TEST(HogwildThreadsRun, TraceHasEveryWorkersStepWithItsPhases) {
   ScratchDir dir;
   const auto r = run_process(hogwild_run("", {"--trace", dir.path()}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json trace = json::parse(read_text(dir.file("ddpbench-rank0.json")));
+  const auto trace = testing::read_trace(dir.file("ddpbench-rank0.json"));
   std::map<std::string, std::set<std::uint64_t>> threads_of;  // event name -> threads it ran on
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] == "X") threads_of[e["name"].get<std::string>()].insert(e["tid"].get<std::uint64_t>());
-  }
+  for (const auto& e : trace.events) threads_of[e["name"].get<std::string>()].insert(e["tid"].get<std::uint64_t>());
   // The main thread's step (data) and one step per worker thread, each with its phases.
   for (const char* phase : {"forward", "backward", "optimizer"}) EXPECT_EQ(threads_of[phase].size(), 2u) << phase;
   EXPECT_EQ(threads_of["step"].size(), 3u);

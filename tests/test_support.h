@@ -178,6 +178,14 @@ struct TraceFile {
   nlohmann::json doc;
   std::vector<nlohmann::json> events;
   std::map<int, std::string> row_names;
+  // The events named `name` of case `case_name`, in file order.
+  std::vector<nlohmann::json> events_of(const std::string& case_name, const std::string& name) const {
+    std::vector<nlohmann::json> out;
+    for (const auto& e : events) {
+      if (e["args"]["case"] == case_name && e["name"] == name) out.push_back(e);
+    }
+    return out;
+  }
 };
 inline TraceFile read_trace_text(const std::string& text) {
   TraceFile t;
