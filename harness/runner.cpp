@@ -441,13 +441,16 @@ std::string Runner::run_rank_task(const RankTask& task) {
     }
     // A traced repetition: this rank's events go to the launcher through the store.
     std::optional<TraceRecorder> trace;
+    struct Unset {  // however the repetition ends, the options never point at the gone recorder
+      TraceRecorder*& slot;
+      ~Unset() { slot = nullptr; }
+    } unset{options_.trace};
     if (task.trace) {
       trace.emplace(group_->rank(), group_->size());
       options_.trace = &*trace;
     }
     RepetitionRecord rep = run_repetition(c, task.repetition);
     if (trace) {
-      options_.trace = nullptr;
       const std::string events = trace->encode();
       group_->store().set(task_keys::trace(group_->rank()), std::vector<uint8_t>(events.begin(), events.end()));
     }
