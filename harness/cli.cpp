@@ -104,7 +104,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                                         (compat::built_with_cuda() ? ", CUDA" : ", CPU only") + ")");
   std::string strategies = "all", workloads = "mlp", device = "auto", world_size, batch, steps = "30", warmup = "5",
               repetitions = "5", seed = "42", threads, timeout = "300", json = "ddpbench-results.json",
-              loader_workers = "0", dataset_size, parity_steps = "3", parity_tolerance = "1e-5", max_cv = "0.05";
+              loader_workers = "0", dataset_size, parity_steps = "3", parity_tolerance, max_cv = "0.05",
+              dtype = "fp32";
   bool list = false, no_json = false, pin_memory = false;
 
   app.add_option("--strategy", strategies, "comma list of strategies, or all")->capture_default_str();
@@ -127,7 +128,13 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_option("--dataset-size", dataset_size, "samples in the synthetic dataset (default: 32 global batches)");
   app.add_option("--parity-steps", parity_steps, "untimed steps of the parity check against single (0: off)")
       ->capture_default_str();
-  app.add_option("--parity-tolerance", parity_tolerance, "largest relative parameter difference from single")
+  app.add_option("--parity-tolerance", parity_tolerance,
+                 "largest relative parameter difference from single (default: 1e-5 under fp32, 1e-2 bf16, 1e-3 fp16)");
+  std::string peak_tflops;
+  app.add_option("--peak-tflops", peak_tflops,
+                 "one device's peak TFLOP/s at --dtype, to read achieved TFLOP/s against (default: NVIDIA's "
+                 "datasheet for H100/H200/A100; none on CPUs)");
+  app.add_option("--dtype", dtype, "fp32, or mixed precision with autocast: bf16 | fp16 (fp16: CUDA only)")
       ->capture_default_str();
   app.add_option("--max-cv", max_cv, "mark a case noisy when its repetitions vary more (0.05 = 5%)")
       ->capture_default_str();
@@ -191,7 +198,18 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   r.loader.pin_memory = pin_memory;
   if (!dataset_size.empty()) r.dataset_size = parse_count("--dataset-size", dataset_size, 1);
   r.parity_steps = static_cast<int>(parse_count("--parity-steps", parity_steps, 0, 10000));
-  r.parity_tolerance = parse_fraction("--parity-tolerance", parity_tolerance);
+  r.precision = parse_precision("--dtype", dtype);
+  if (!peak_tflops.empty()) {
+    errno = 0;
+    char* end = nullptr;
+    const double tflops = std::strtod(peak_tflops.c_str(), &end);
+    if (*end != '\0' || errno == ERANGE || !std::isfinite(tflops) || tflops <= 0) {
+      throw UsageError("--peak-tflops: '" + peak_tflops + "' is not a positive number of TFLOP/s");
+    }
+    r.peak_flops = tflops * 1e12;
+  }
+  r.parity_tolerance = parity_tolerance.empty() ? default_parity_tolerance(r.precision)
+                                                : parse_fraction("--parity-tolerance", parity_tolerance);
   r.max_cv = parse_fraction("--max-cv", max_cv);
   if (!trace_dir.empty()) cmd.trace_dir = trace_dir;
 
@@ -267,6 +285,7 @@ std::vector<std::string> rank_command_line(const RunnerOptions& options, const D
                                    "--loader-workers", std::to_string(options.loader.workers),
                                    "--parity-steps", std::to_string(options.parity_steps),
                                    "--parity-tolerance", tolerance.str(),
+                                   "--dtype", to_string(options.precision),
                                    "--max-cv", cv.str(),
                                    "--bucket-mb", bucket.str(),
                                    "--no-json"};

@@ -51,6 +51,7 @@ json context_json(const RunRecord& record) {
         {"seed", s.seed},
         {"parity_steps", s.parity_steps},
         {"parity_tolerance", s.parity_tolerance},
+        {"dtype", to_string(s.precision)},
         {"max_cv", s.max_cv},
         {"loader_workers", s.loader_workers},
         {"pin_memory", s.pin_memory},
@@ -127,6 +128,20 @@ json step_distribution_json(const CaseRecord& c) {
 }
 
 json finite_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+// The arithmetic rate the case achieved at `items_per_second`, against its devices' peak. `spread`:
+// the figures are a stddev or a CV, where a fraction of the peak means nothing.
+json compute_json(const CaseRecord& c, double items_per_second, const char* aggregate = nullptr) {
+  const bool cv = aggregate != nullptr && std::string(aggregate) == "cv";
+  const bool spread = cv || (aggregate != nullptr && std::string(aggregate) == "stddev");
+  const double achieved = c.flops_at(items_per_second);
+  json out = {{"flops_per_step", static_cast<double>(c.spec.global_batch) * c.facts.flops_per_sample},
+              {"achieved_tflops", cv ? json(nullptr) : finite_or_null(achieved / 1e12)},
+              {"peak_tflops", c.peak ? json(c.peak->flops_per_second / 1e12) : json(nullptr)},
+              {"peak_source", c.peak ? json(c.peak->source) : json(nullptr)},
+              {"fraction_of_peak", c.peak && !spread ? finite_or_null(achieved / c.peak->flops_per_second) : json(nullptr)}};
+  return out;
+}
 
 json async_json(const AsyncSummary& a) {
   json rss = json::array();
@@ -233,6 +248,7 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     json steps = json::array();
     for (double t : r.step_seconds) steps.push_back(t * 1e3);
     f["step_times_ms"] = steps;
+    f["compute"] = compute_json(c, items.back());
     f["phases_ms"] = phases_json(c, r.phase_seconds, step);
     f["memory"] = memory_json(r.memory);
     f["memory_imbalance"] = optional_json(memory_imbalance(r.memory));
@@ -300,6 +316,7 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     f["memory_imbalance"] = optional_json(memory_imbalance(peak));
     f["scaling_efficiency"] = optional_json(c.scaling_efficiency);
     f["step_time_ms"] = step_distribution_json(c);
+    f["compute"] = compute_json(c, a.fn(items), a.name);
     if (c.repetitions.front().async) {
       // Staleness aggregates over the repetitions' medians and maxima; mode and workers do not vary.
       AsyncSummary async = *c.repetitions.front().async;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "harness/memory_probe.h"
+#include "harness/peak_flops.h"
 #include "harness/phase_recorder.h"
 #include "harness/run_context.h"
 #include "harness/strategy.h"
@@ -83,6 +84,9 @@ struct CaseRecord {
   std::string reason;
   std::string note;  // what a reader should know about an ok case (e.g. a degenerate world size)
   WorkloadFacts facts;
+  // The peak rate of every device the case computes on (one device's times their number), when
+  // known: from NVIDIA's datasheets for the GPU at the run's --dtype, or --peak-tflops.
+  std::optional<PeakFlops> peak;
   std::vector<RepetitionRecord> repetitions;
   std::optional<ParityRecord> parity;
   std::vector<Phase> phases_used;
@@ -94,6 +98,8 @@ struct CaseRecord {
   // Medians over repetitions of the per-repetition means; callers check repetitions is not empty.
   double median_step_seconds() const;
   double median_items_per_second() const;
+  // Achieved arithmetic rate at `items_per_second` samples/s (the workload's FLOPs per sample).
+  double flops_at(double items_per_second) const { return items_per_second * facts.flops_per_sample; }
 };
 
 struct RunSettings {
@@ -103,6 +109,7 @@ struct RunSettings {
   std::uint64_t seed = 0;
   int parity_steps = 0;
   double parity_tolerance = 0;
+  Precision precision = Precision::Fp32;
   double max_cv = 0;
   int loader_workers = 0;
   bool pin_memory = false;

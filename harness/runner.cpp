@@ -180,6 +180,7 @@ Runner::Runner(RunnerOptions options, DeviceSet devices, RunContext context)
   s.seed = options_.seed;
   s.parity_steps = options_.parity_steps;
   s.parity_tolerance = options_.parity_tolerance;
+  s.precision = options_.precision;
   s.max_cv = options_.max_cv;
   s.loader_workers = options_.loader.workers;
   s.pin_memory = options_.loader.pin_memory;
@@ -194,6 +195,9 @@ std::int64_t Runner::global_batch_for(const Workload& workload) const {
 }
 
 void Runner::validate() const {
+  const std::string dtype_reason =
+      precision_unsupported_reason(options_.precision, devices_.is_cuda() ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+  if (!dtype_reason.empty()) throw UsageError("--dtype: " + dtype_reason);
   for (const auto& w : options_.workloads) {
     const auto& workload = WorkloadRegistry::instance().get(w);
     const std::int64_t batch = global_batch_for(workload);
@@ -210,6 +214,18 @@ void Runner::validate() const {
                        std::to_string(batch) + " (" + w + ")");
     }
   }
+}
+
+std::optional<PeakFlops> Runner::case_peak(const StrategyInfo& info, const CaseSpec& spec) const {
+  std::optional<PeakFlops> one;
+  if (options_.peak_flops) {
+    one = PeakFlops{*options_.peak_flops, "--peak-tflops"};
+  } else if (devices_.is_cuda()) {
+    one = datasheet_peak_flops(compat::cuda_device_name(devices_.device(0).index()), options_.precision);
+  }
+  if (!one) return std::nullopt;
+  const int used = devices_.is_cuda() && info.one_cuda_device ? 1 : spec.world_size;
+  return PeakFlops{one->flops_per_second * used, one->source + (used > 1 ? " x " + std::to_string(used) + " devices" : "")};
 }
 
 std::vector<CaseRecord> Runner::plan_cases() const {
@@ -232,6 +248,7 @@ std::vector<CaseRecord> Runner::plan_cases() const {
       c.device_kind = devices_.kind();
       c.threads_per_device = devices_.threads_per_device();
       c.facts = facts;
+      c.peak = case_peak(info, c.spec);
       if (info.uses_all_devices && c.spec.world_size == 1) {
         c.note = "world size 1: " + s + " degenerates to one device (use --world-size 2 or more to compare)";
       }
@@ -272,6 +289,7 @@ std::unique_ptr<Strategy> Runner::start_strategy(const CaseSpec& spec, Optimizer
   setup.process_group = info.multi_process ? group_ : nullptr;
   setup.parity_run = parity_run;
   setup.timeout_seconds = options_.timeout_seconds;
+  setup.precision = options_.precision;
   strategy->setup(setup);
   return strategy;
 }

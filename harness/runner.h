@@ -29,6 +29,8 @@ struct RunnerOptions {
   std::uint64_t seed = 42;
   int parity_steps = 3;
   double parity_tolerance = 1e-5;
+  Precision precision = Precision::Fp32;  // --dtype
+  std::optional<double> peak_flops;       // --peak-tflops: one device's peak, in FLOP/s (none: the datasheet's)
   double max_cv = 0.05;  // a case whose repetition means vary more is marked noisy
   LoaderOptions loader;
   double timeout_seconds = 300;
@@ -97,6 +99,7 @@ class Runner {
   };
 
   std::vector<CaseRecord> plan_cases() const;
+  std::optional<PeakFlops> case_peak(const StrategyInfo& info, const CaseSpec& spec) const;
   std::int64_t global_batch_for(const Workload& workload) const;
   const Dataset& dataset_for(const Workload& workload, std::int64_t global_batch);
   // A strategy set up for `spec` from the run's seed, and the loader of its shard of the data.

@@ -13,6 +13,7 @@
 #include "harness/data_loader.h"
 #include "harness/device_set.h"
 #include "harness/phase_recorder.h"
+#include "harness/precision.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {
@@ -94,6 +95,8 @@ struct StrategySetup {
   // that must rebuild the optimizer elsewhere, in another process.
   bool parity_run = false;
   double timeout_seconds = 300;  // --timeout: how long a strategy's own workers may take to answer
+  // --dtype: forward passes run in an AutocastScope, optimizers step through a LossScaler.
+  Precision precision = Precision::Fp32;
 };
 
 // The workload's own optimizer, for timed runs.
@@ -151,6 +154,9 @@ struct StrategyInfo {
   // Workers update shared parameters without synchronising: the strategy is compared with `single`
   // by loss at equal samples seen, not by parameters (a difference is its price, not a failure).
   bool asynchronous = false;
+  // On CUDA it computes on device 0 alone, however many GPUs there are (hogwild's workers share it),
+  // so its peak rate is one GPU's.
+  bool one_cuda_device = false;
 };
 
 class StrategyRegistry {

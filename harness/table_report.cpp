@@ -26,7 +26,7 @@ std::string bytes(std::int64_t b) {
 }  // namespace
 
 std::string format_table(const RunRecord& record) {
-  const std::vector<std::string> header = {"case", "status", "step ms", "cv", "samples/s", "scaling",
+  const std::vector<std::string> header = {"case", "status", "step ms", "cv", "samples/s", "TFLOP/s", "scaling",
                                            "mem dev0", "imbalance", "parity"};
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> notes;
@@ -39,6 +39,10 @@ std::string format_table(const RunRecord& record) {
       // A trailing * marks a noisy case (CV above --max-cv).
       row.push_back(fmt("%.1f%%", stats::cv(means) * 100) + (c.noisy ? "*" : ""));
       row.push_back(fmt("%.0f", c.median_items_per_second()));
+      // Achieved arithmetic rate, and its share of the devices' peak where that is known.
+      const double flops = c.flops_at(c.median_items_per_second());
+      row.push_back(fmt(flops >= 1e12 ? "%.1f" : "%.3f", flops / 1e12) +
+                    (c.peak ? fmt(" (%.0f%%)", 100 * flops / c.peak->flops_per_second) : ""));
       row.push_back(c.scaling_efficiency ? fmt("%.2f", *c.scaling_efficiency) : "-");
       std::optional<std::int64_t> dev0;
       for (const auto& r : c.repetitions) {
@@ -50,7 +54,7 @@ std::string format_table(const RunRecord& record) {
       const auto imbalance = memory_imbalance(c.repetitions.back().memory);
       row.push_back(imbalance ? fmt("%.2fx", *imbalance) : "-");
     } else {
-      row.insert(row.end(), {"-", "-", "-", "-", "-", "-"});
+      row.insert(row.end(), {"-", "-", "-", "-", "-", "-", "-"});
     }
     if (c.loss_vs_single) {
       // Asynchronous: the loss against single's after the same samples is the number to read.

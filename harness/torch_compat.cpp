@@ -1,6 +1,7 @@
 #include "harness/torch_compat.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 
 #include <cstring>
@@ -33,6 +34,48 @@ bool cuda_available() { return built_with_cuda() && torch::cuda::is_available();
 int cuda_device_count() { return cuda_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
 
 at::Generator make_cpu_generator(std::uint64_t seed) { return at::detail::createCPUGenerator(seed); }
+
+// PyTorch 2.4 replaced the per-device functions (set_enabled for CUDA, set_cpu_enabled, ...) with
+// ones that take the device type; the old ones warn as deprecated there.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+namespace {
+AutocastState autocast_state(c10::DeviceType type) {
+  return {at::autocast::is_autocast_enabled(type), at::autocast::get_autocast_dtype(type)};
+}
+void set_autocast_state(c10::DeviceType type, const AutocastState& state) {
+  at::autocast::set_autocast_dtype(type, state.dtype);
+  at::autocast::set_autocast_enabled(type, state.enabled);
+}
+}  // namespace
+#else
+namespace {
+AutocastState autocast_state(c10::DeviceType type) {
+  if (type == c10::DeviceType::CUDA) return {at::autocast::is_enabled(), at::autocast::get_autocast_gpu_dtype()};
+  return {at::autocast::is_cpu_enabled(), at::autocast::get_autocast_cpu_dtype()};
+}
+void set_autocast_state(c10::DeviceType type, const AutocastState& state) {
+  if (type == c10::DeviceType::CUDA) {
+    at::autocast::set_autocast_gpu_dtype(state.dtype);
+    at::autocast::set_enabled(state.enabled);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(state.dtype);
+    at::autocast::set_cpu_enabled(state.enabled);
+  }
+}
+}  // namespace
+#endif
+
+AutocastState autocast_enter(c10::DeviceType device_type, c10::ScalarType dtype) {
+  const AutocastState previous = autocast_state(device_type);
+  set_autocast_state(device_type, {true, dtype});
+  at::autocast::increment_nesting();
+  return previous;
+}
+
+void autocast_exit(c10::DeviceType device_type, const AutocastState& previous) {
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  set_autocast_state(device_type, previous);
+}
 
 #if DDPBENCH_WITH_CUDA
 

@@ -4,6 +4,8 @@
 // tests TORCH_VERSION or DDPBENCH_WITH_CUDA itself.
 
 #include <c10/core/Allocator.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
 #include <torch/version.h>
 
 #include <cstdint>
@@ -63,6 +65,18 @@ CudaMemoryPeak cuda_peak_memory(int index);
 std::shared_ptr<void> cuda_record_event(int index);
 // Seconds of GPU time between two recorded events of one device, waiting for `end` to complete.
 double cuda_elapsed_seconds(const std::shared_ptr<void>& start, const std::shared_ptr<void>& end);
+
+// Autocast on the calling thread (autocast state, its nesting and its cast cache are all
+// thread-local). autocast_enter turns it on for `device_type` (kCPU or kCUDA) at `dtype` and
+// returns the state it replaced; autocast_exit restores that state and, when the outermost scope
+// closes, clears the cache of weights cast to `dtype`, as torch.autocast's __exit__ does (a cached
+// cast would otherwise outlive the optimizer step that changed the weight).
+struct AutocastState {
+  bool enabled = false;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+};
+AutocastState autocast_enter(c10::DeviceType device_type, c10::ScalarType dtype);
+void autocast_exit(c10::DeviceType device_type, const AutocastState& previous);
 
 // A CPU generator seeded deterministically, independent of the global one.
 at::Generator make_cpu_generator(std::uint64_t seed);

@@ -148,6 +148,10 @@ def main(argv=None):
     except results.ResultsError as e:
         print(f"ddpbench-compare: {e}", file=sys.stderr)
         return 2
+    if results.dtype(baseline) != results.dtype(current):
+        print(f"ddpbench-compare: {args.current}: ran --dtype {results.dtype(current)}, the baseline "
+              f"{args.baseline} ran {results.dtype(baseline)}: compare runs of one dtype", file=sys.stderr)
+        return 2
     comparison = compare(baseline, current, args.min_effect, args.alpha)
     print(format_table(comparison, markdown=args.markdown))
     return 1 if comparison.regressed else 0

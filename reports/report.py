@@ -250,10 +250,12 @@ def render_html(docs, cases, charts):
     for c in cases:
         med = c.median["ddpbench"] if c.median else {}
         rows.append([c.source, c.name, c.status, f"{stats.median(c.throughputs):.1f}" if c.throughputs else "-",
+                     results.tflops_text(med),
                      f"{med['scaling_efficiency']:.2f}" if med.get("scaling_efficiency") is not None else "-",
                      f"{med['memory_imbalance']:.2f}" if med.get("memory_imbalance") is not None else "-",
                      c.fields.get("reason") or c.fields.get("note") or ""])
-    parts.append("<h2>Cases</h2>" + _table(["file", "case", "status", "samples/s", "scaling", "imbalance", "note"], rows))
+    parts.append("<h2>Cases</h2>" + _table(["file", "case", "status", "samples/s", "TFLOP/s", "scaling",
+                                           "imbalance", "note"], rows))
     for title, path in charts:
         with open(path, "rb") as f:
             data = base64.b64encode(f.read()).decode("ascii")
@@ -271,7 +273,7 @@ def render_html(docs, cases, charts):
         d = ctx["ddpbench"]
         rows = [["host", ctx.get("host_name")], ["date", ctx.get("date")], ["cpus", ctx.get("num_cpus")],
                 ["ddpbench", f"{d.get('version')} ({d.get('git_sha')})"], ["LibTorch", d.get("torch_version")],
-                ["CUDA", d.get("cuda_version")], ["NCCL", d.get("nccl_version")],
+                ["CUDA", d.get("cuda_version")], ["NCCL", d.get("nccl_version")], ["dtype", results.dtype(doc)],
                 ["argv", " ".join(d.get("argv", []))]]
         rows += [[f"device {dev['index']} ({dev['kind']})", f"{dev['name']}, {dev['total_memory_bytes'] / 2**30:.1f} GiB"]
                  for dev in d.get("devices", [])]

@@ -50,6 +50,23 @@ def validate(doc, path="<document>"):
     return doc
 
 
+def dtype(doc):
+    """The run's --dtype; files written before it existed ran fp32."""
+    return doc["context"]["ddpbench"].get("settings", {}).get("dtype", "fp32")
+
+
+def tflops_text(median_fields):
+    """'12.3 (45% of peak)' from a median entry's compute object, '-' where it has none."""
+    compute = median_fields.get("compute") or {}
+    achieved = compute.get("achieved_tflops")
+    if achieved is None:
+        return "-"
+    text = f"{achieved:.3g}"
+    if compute.get("fraction_of_peak") is not None:
+        text += f" ({compute['fraction_of_peak'] * 100:.0f}% of {compute['peak_tflops']:.4g})"
+    return text
+
+
 def medians(doc):
     """{run_name: median aggregate entry} for every case that was measured."""
     return {b["run_name"]: b for b in doc["benchmarks"]

@@ -31,6 +31,8 @@ void DataParallelStrategy::do_setup(const StrategySetup& setup) {
     replica_buffers_.push_back(r->buffers());
   }
   optimizer_ = setup.make_optimizer(master_->parameters());
+  precision_ = setup.precision;
+  scaler_ = LossScaler(precision_);
   workers_ = std::make_unique<DeviceWorkers>(*devices_, setup.spec.world_size);
 }
 
@@ -77,7 +79,7 @@ torch::Tensor DataParallelStrategy::do_step(const Batch& batch, PhaseRecorder& p
   }
   {
     auto scope = phases.scope(Phase::Optimizer);
-    optimizer_->step();
+    scaler_.step(*optimizer_);  // the master's gradients: the replicas' sum
     optimizer_->zero_grad();
   }
   return loss.detach();

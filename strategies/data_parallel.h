@@ -36,6 +36,10 @@ class DataParallelStrategy : public Strategy {
   const Workload& workload() const { return *workload_; }
   const DeviceSet& devices() const { return *devices_; }
   DeviceWorkers& workers() { return *workers_; }
+  // --dtype: each replica's forward (and loss) runs in an AutocastScope of this precision on its
+  // own thread; backward starts from scaler().scale(loss).
+  Precision precision() const { return precision_; }
+  const LossScaler& scaler() const { return scaler_; }
 
  private:
   void replicate();
@@ -49,6 +53,8 @@ class DataParallelStrategy : public Strategy {
   std::vector<std::vector<torch::Tensor>> replica_buffers_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<DeviceWorkers> workers_;
+  Precision precision_ = Precision::Fp32;
+  LossScaler scaler_{Precision::Fp32};
 };
 
 }  // namespace ddpbench

@@ -87,6 +87,8 @@ class DdpStrategy final : public Strategy {
     buckets.grad_as_bucket_view = options_.grad_as_bucket_view;
     bucketer_ = std::make_unique<GradientBucketer>(model_->parameters(), *group_, buckets);
     optimizer_ = setup.make_optimizer(model_->parameters());
+    precision_ = setup.precision;
+    scaler_ = LossScaler(precision_);
     checkpoint_every_ = options_.checkpoint_every > 0 ? options_.checkpoint_every : setup.steps_per_run;
     steps_ = 0;
   }
@@ -104,6 +106,7 @@ class DdpStrategy final : public Strategy {
     }
     {
       auto scope = phases.scope(Phase::Forward);
+      AutocastScope autocast(precision_, device_);
       loss = workload_->loss(model_->forward(inputs), targets);
     }
     // Each rank's gradient enters the buckets weighted by its share of the global batch, so the
@@ -112,7 +115,7 @@ class DdpStrategy final : public Strategy {
     bucketer_->prepare_step(share, loss.detach() * share, &phases);
     {
       auto scope = phases.scope(Phase::Backward);
-      loss.backward();
+      scaler_.scale(loss).backward();  // under fp16 the buckets carry scaled gradients
     }
     {
       auto scope = phases.scope(Phase::CommExposed);
@@ -124,7 +127,7 @@ class DdpStrategy final : public Strategy {
     }
     {
       auto scope = phases.scope(Phase::Optimizer);
-      optimizer_->step();
+      scaler_.step(*optimizer_);  // every rank holds the same sums, so all skip or step alike
       bucketer_->zero_grad();
     }
     ++steps_;
@@ -161,6 +164,8 @@ class DdpStrategy final : public Strategy {
   bool broadcast_buffers_ = false;
   std::unique_ptr<GradientBucketer> bucketer_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  Precision precision_ = Precision::Fp32;
+  LossScaler scaler_{Precision::Fp32};
   int checkpoint_every_ = 1;
   int steps_ = 0;
 };

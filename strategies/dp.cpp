@@ -21,7 +21,10 @@ class DpStrategy final : public DataParallelStrategy {
     std::vector<torch::Tensor> outputs(static_cast<size_t>(n));
     {
       auto scope = phases.scope(Phase::Forward);
-      workers().run([&](int i) { outputs[i] = replica(i).forward(inputs[i]); });
+      workers().run([&](int i) {
+        AutocastScope autocast(precision(), devices().device(i));
+        outputs[i] = replica(i).forward(inputs[i]);
+      });
     }
     torch::Tensor gathered, loss;
     {
@@ -31,11 +34,12 @@ class DpStrategy final : public DataParallelStrategy {
       std::vector<torch::Tensor> detached;
       for (const auto& o : outputs) detached.push_back(o.detach());
       gathered = gather(detached, devices(), 0).requires_grad_(true);
+      AutocastScope autocast(precision(), devices().device(0));
       loss = workload().loss(gathered, copy_to_device(batch.targets, devices(), 0));
     }
     {
       auto scope = phases.scope(Phase::Backward);
-      const auto output_grad = torch::autograd::grad({loss}, {gathered})[0];
+      const auto output_grad = torch::autograd::grad({scaler().scale(loss)}, {gathered})[0];
       const auto grads = scatter(output_grad, devices(), n);
       workers().run([&](int i) { outputs[i].backward(grads[i]); });
     }

@@ -24,6 +24,7 @@ class DpLossInModelStrategy final : public DataParallelStrategy {
       auto scope = phases.scope(Phase::Forward);
       workers().run([&](int i) {
         const double share = static_cast<double>(inputs[i].size(0)) / total;
+        AutocastScope autocast(precision(), devices().device(i));
         losses[i] = workload().loss(replica(i).forward(inputs[i]), targets[i]) * share;
       });
     }
@@ -36,7 +37,7 @@ class DpLossInModelStrategy final : public DataParallelStrategy {
     }
     {
       auto scope = phases.scope(Phase::Backward);
-      workers().run([&](int i) { losses[i].backward(); });
+      workers().run([&](int i) { scaler().scale(losses[i]).backward(); });
     }
     return loss;
   }

@@ -64,6 +64,7 @@ class HogwildStrategy final : public Strategy {
       config.sync_every = options_.sync_every;
       config.threads_per_worker = setup.devices.threads_per_device();
       config.parity_optimizer = setup.parity_run;
+      config.precision = setup.precision;
       config.global_batch = setup.spec.global_batch;
       config.timeout = std::chrono::milliseconds(static_cast<long long>(setup.timeout_seconds * 1000));
       processes_ = std::make_unique<HogwildProcesses>(config, *model_);
@@ -73,7 +74,8 @@ class HogwildStrategy final : public Strategy {
     const auto buffers = model_->buffers();
     for (int i = 0; i < workers_count_; ++i) {
       workers_.push_back(std::make_unique<HogwildWorker>(clone_model(*model_, device_), parameters, buffers, *workload_,
-                                                         setup.make_optimizer, options_.sync_every, updates_));
+                                                         setup.make_optimizer, options_.sync_every, updates_,
+                                                         setup.precision));
     }
     recorders_.resize(static_cast<size_t>(workers_count_));
     threads_ = std::make_unique<DeviceWorkers>(setup.devices, workers_count_);
@@ -195,6 +197,7 @@ class HogwildStrategy final : public Strategy {
 
 DDPBENCH_REGISTER_STRATEGY({"hogwild", "N workers update shared parameters without locks (threads or processes)", 4,
                             /*uses_all_devices=*/true, [] { return std::make_unique<HogwildStrategy>(); },
-                            /*multi_process=*/false, /*asynchronous=*/true});
+                            /*multi_process=*/false, /*asynchronous=*/true,
+                            /*one_cuda_device=*/true});
 
 }  // namespace ddpbench

@@ -50,6 +50,7 @@ struct ControlBlock {
   std::atomic<std::uint64_t> updates;  // the shared update counter (staleness is read off it)
   char workload[64];
   std::int32_t workers, sync_every, threads_per_worker, parity_optimizer;
+  std::int32_t precision;  // Precision
   std::int32_t parameter_count, buffer_count;
   std::int64_t tensor_offset[kMaxTensors];  // parameters, then buffers, in module order
   std::int64_t tensor_bytes[kMaxTensors];
@@ -199,6 +200,7 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
   control_->sync_every = config_.sync_every;
   control_->threads_per_worker = config_.threads_per_worker;
   control_->parity_optimizer = config_.parity_optimizer ? 1 : 0;
+  control_->precision = static_cast<std::int32_t>(config_.precision);
   control_->parameter_count = static_cast<std::int32_t>(parameters.size());
   control_->buffer_count = static_cast<std::int32_t>(buffers.size());
   control_->inputs = inputs;
@@ -433,7 +435,8 @@ int hogwild_worker_main() {
     std::vector<torch::Tensor> parameters, buffers;
     shared_tensors(region.data(), control, *model, parameters, buffers);
     const OptimizerFactory optimizer = control.parity_optimizer ? parity_optimizer(workload) : training_optimizer(workload);
-    HogwildWorker worker(model, parameters, buffers, workload, optimizer, control.sync_every, control.updates);
+    HogwildWorker worker(model, parameters, buffers, workload, optimizer, control.sync_every, control.updates,
+                         static_cast<Precision>(control.precision));
     const torch::Tensor inputs = batch_at(region.data(), control.inputs);
     const torch::Tensor targets = batch_at(region.data(), control.targets);
     const std::string fault = worker_fault(index);

@@ -21,6 +21,7 @@
 
 #include "harness/data_loader.h"
 #include "harness/phase_recorder.h"
+#include "harness/precision.h"
 #include "harness/shared_memory.h"
 #include "workloads/workload.h"
 
@@ -33,6 +34,7 @@ struct HogwildProcessesConfig {
   int sync_every = 1;
   int threads_per_worker = 1;
   bool parity_optimizer = false;  // the workload's parity optimizer instead of its own
+  Precision precision = Precision::Fp32;  // --dtype
   std::int64_t global_batch = 0;
   std::uint64_t seed = 0;
   std::chrono::milliseconds timeout{300000};

@@ -22,8 +22,13 @@ void share_storage(torch::Tensor& tensor, const torch::Tensor& storage_of) {
 HogwildWorker::HogwildWorker(ModelPtr model, const std::vector<torch::Tensor>& shared_parameters,
                              const std::vector<torch::Tensor>& shared_buffers, const Workload& workload,
                              const OptimizerFactory& make_optimizer, int sync_every,
-                             std::atomic<std::uint64_t>& updates)
-    : workload_(workload), model_(std::move(model)), sync_every_(sync_every), updates_(updates) {
+                             std::atomic<std::uint64_t>& updates, Precision precision)
+    : workload_(workload),
+      model_(std::move(model)),
+      sync_every_(sync_every),
+      precision_(precision),
+      scaler_(precision),
+      updates_(updates) {
   if (sync_every_ < 1) throw std::logic_error("hogwild: sync_every must be at least 1");
   torch::NoGradGuard no_grad;
   model_->train();
@@ -52,23 +57,26 @@ HogwildUpdate HogwildWorker::step(const torch::Tensor& inputs, const torch::Tens
   torch::Tensor loss;
   {
     auto scope = phases.scope(Phase::Forward);
+    AutocastScope autocast(precision_, inputs.device());
     loss = workload_.loss(model_->forward(inputs), targets);
   }
   std::vector<torch::Tensor> grads;
   {
     auto scope = phases.scope(Phase::Backward);
     // Gradients come back as new tensors: nothing accumulates into a .grad another worker could see.
-    grads = torch::autograd::grad({loss}, parameters_, /*grad_outputs=*/{}, /*retain_graph=*/false,
+    grads = torch::autograd::grad({scaler_.scale(loss)}, parameters_, /*grad_outputs=*/{}, /*retain_graph=*/false,
                                   /*create_graph=*/false, /*allow_unused=*/true);
   }
   {
     auto scope = phases.scope(Phase::Optimizer);
     for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].mutable_grad() = grads[i];
-    optimizer_->step();  // sync_every 1: in place into the shared storage, without a lock
+    // sync_every 1: in place into the shared storage, without a lock. Under fp16 a step whose
+    // gradients overflowed writes nothing.
+    const bool stepped = scaler_.step(*optimizer_);
     for (auto& p : parameters_) p.mutable_grad() = torch::Tensor();
     ++local_steps_;
     if (sync_every_ == 1) {
-      update.staleness = static_cast<std::int64_t>(updates_.fetch_add(1, std::memory_order_acq_rel) - read_ticket_);
+      if (stepped) update.staleness = static_cast<std::int64_t>(updates_.fetch_add(1, std::memory_order_acq_rel) - read_ticket_);
     } else if (local_steps_ % sync_every_ == 0) {
       update.staleness = sync();
     }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "harness/phase_recorder.h"
+#include "harness/precision.h"
 #include "harness/strategy.h"
 #include "workloads/workload.h"
 
@@ -38,7 +39,8 @@ class HogwildWorker {
   // `updates`: the shared update counter, incremented after every write into the shared parameters.
   HogwildWorker(ModelPtr model, const std::vector<torch::Tensor>& shared_parameters,
                 const std::vector<torch::Tensor>& shared_buffers, const Workload& workload,
-                const OptimizerFactory& make_optimizer, int sync_every, std::atomic<std::uint64_t>& updates);
+                const OptimizerFactory& make_optimizer, int sync_every, std::atomic<std::uint64_t>& updates,
+                Precision precision = Precision::Fp32);
 
   // One update on this worker's shard. Marks forward, backward and optimizer on `phases`, this
   // worker's own recorder (so every worker's ranges nest in its own thread's step range).
@@ -57,6 +59,8 @@ class HogwildWorker {
   std::vector<torch::Tensor> snapshot_;    // the shared parameters as of the last sync (sync_every > 1)
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   int sync_every_;
+  Precision precision_;
+  LossScaler scaler_;
   std::int64_t local_steps_ = 0;
   std::atomic<std::uint64_t>& updates_;
   std::uint64_t read_ticket_ = 0;  // the update counter when this worker last read the shared parameters

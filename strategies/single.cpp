@@ -14,6 +14,8 @@ class SingleStrategy final : public Strategy {
     model_->to(device_);
     model_->train();
     optimizer_ = setup.make_optimizer(model_->parameters());
+    precision_ = setup.precision;
+    scaler_ = LossScaler(precision_);
   }
 
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
@@ -25,15 +27,16 @@ class SingleStrategy final : public Strategy {
     }
     {
       auto scope = phases.scope(Phase::Forward);
+      AutocastScope autocast(precision_, device_);
       loss = workload_->loss(model_->forward(inputs), targets);
     }
     {
       auto scope = phases.scope(Phase::Backward);
-      loss.backward();
+      scaler_.scale(loss).backward();
     }
     {
       auto scope = phases.scope(Phase::Optimizer);
-      optimizer_->step();
+      scaler_.step(*optimizer_);
       optimizer_->zero_grad();
     }
     return loss.detach();
@@ -46,6 +49,8 @@ class SingleStrategy final : public Strategy {
   c10::Device device_{c10::kCPU};
   ModelPtr model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  Precision precision_ = Precision::Fp32;
+  LossScaler scaler_{Precision::Fp32};
 };
 
 }  // namespace

@@ -83,6 +83,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--sync-every", "0", "--strategy", "hogwild"}, "--sync-every", "at least 1"},
         BadInput{{"--sync-every", "2", "--strategy", "single"}, "--sync-every", "applies to hogwild only"},
         BadInput{{"--hogwild-mode", "processes", "--strategy", "dp"}, "--hogwild-mode", "applies to hogwild only"},
+        BadInput{{"--dtype", "fp64"}, "--dtype", "unknown dtype 'fp64'"},
+        BadInput{{"--dtype", "fp16"}, "--dtype", "fp16 autocast needs CUDA"},  // a CPU run
+        BadInput{{"--peak-tflops", "0"}, "--peak-tflops", "not a positive number"},
+        BadInput{{"--peak-tflops", "fast"}, "--peak-tflops", "not a positive number"},
         BadInput{{"--no-such-flag"}, "--no-such-flag", ""}));
 
 TEST(Cli, DeviceCudaWithoutCudaExitsTwo) {
@@ -229,6 +233,44 @@ TEST(Cli, JsonHoldsTheContractsValues) {
     }
   }
   EXPECT_EQ(by_type, (std::map<std::string, int>{{"iteration", 2}, {"median", 1}, {"mean", 1}, {"stddev", 1}, {"cv", 1}}));
+}
+
+TEST(Cli, Bf16RunSaysItsDtypeAndReadsItsTflopsAgainstTheGivenPeak) {
+  const json doc = tiny_results({"--strategy", "single,dp", "--workload", "mlp", "--dtype", "bf16", "--peak-tflops", "2"});
+  const auto& settings = doc["context"]["ddpbench"]["settings"];
+  EXPECT_EQ(settings["dtype"], "bf16");
+  EXPECT_DOUBLE_EQ(settings["parity_tolerance"].get<double>(), 1e-2);  // bf16's default
+  int checked = 0;
+  for (const auto& b : doc["benchmarks"]) {
+    const auto& d = b["ddpbench"];
+    ASSERT_EQ(d["status"], "ok") << d["reason"];
+    EXPECT_TRUE(d["parity"]["within_tolerance"].get<bool>()) << d["parity"];
+    const auto& compute = d["compute"];
+    const double flops_per_sample = d["workload_facts"]["flops_per_sample"].get<double>();
+    EXPECT_DOUBLE_EQ(compute["flops_per_step"].get<double>(), 8 * flops_per_sample);
+    const int devices = d["strategy"] == "dp" ? 2 : 1;  // --peak-tflops is one device's
+    EXPECT_DOUBLE_EQ(compute["peak_tflops"].get<double>(), 2.0 * devices);
+    const std::string type = b["run_type"] == "aggregate" ? b["aggregate_name"].get<std::string>() : "iteration";
+    if (type == "iteration" || type == "median") {
+      const double achieved = b["items_per_second"].get<double>() * flops_per_sample / 1e12;
+      EXPECT_NEAR(compute["achieved_tflops"].get<double>(), achieved, 1e-12);
+      EXPECT_NEAR(compute["fraction_of_peak"].get<double>(), achieved / (2.0 * devices), 1e-12);
+      ++checked;
+    } else if (type == "cv") {
+      EXPECT_TRUE(compute["fraction_of_peak"].is_null());
+      EXPECT_TRUE(compute["achieved_tflops"].is_null());
+    }
+  }
+  EXPECT_EQ(checked, 6);
+}
+
+TEST(Cli, CpuRunHasNoPeakUnlessGivenOne) {
+  const json doc = tiny_results({"--strategy", "single", "--workload", "mlp"});
+  EXPECT_EQ(doc["context"]["ddpbench"]["settings"]["dtype"], "fp32");
+  for (const auto& b : doc["benchmarks"]) {
+    EXPECT_TRUE(b["ddpbench"]["compute"]["peak_tflops"].is_null());
+    EXPECT_TRUE(b["ddpbench"]["compute"]["fraction_of_peak"].is_null());
+  }
 }
 
 TEST(Cli, MedianAggregateCarriesTheStepDistribution) {

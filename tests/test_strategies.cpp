@@ -24,22 +24,28 @@ RunnerOptions small_run(const std::string& strategy) {
   return o;
 }
 
+// Runs `options` (one strategy) through the harness; multi-process strategies on real rank
+// processes of the ddpbench executable.
+RunRecord run_harness(const RunnerOptions& options, const DeviceSet& devices) {
+  Runner runner(options, devices, RunContext{});
+  const std::string& strategy = options.strategies.at(0);
+  std::optional<RankLauncher> launcher;
+  if (StrategyRegistry::instance().get(strategy).multi_process) {
+    std::string workloads;
+    for (const auto& w : options.workloads) workloads += (workloads.empty() ? "" : ",") + w;
+    launcher.emplace(RankLaunchOptions{DDPBENCH_EXECUTABLE, rank_command_line(options, devices, workloads, strategy),
+                                       devices.size(), std::chrono::seconds(60)});
+    runner.set_rank_launcher(&*launcher);
+  }
+  return runner.run();
+}
+
 class EveryStrategy : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EveryStrategy, RunsOrSaysWhyNotOnEveryWorkload) {
   const DeviceSet devices = resolve_devices({"cpu", 2, 1});
   const RunnerOptions options = small_run(GetParam());
-  Runner runner(options, devices, RunContext{});
-  // Multi-process strategies run on real rank processes of the ddpbench executable.
-  std::optional<RankLauncher> launcher;
-  if (StrategyRegistry::instance().get(GetParam()).multi_process) {
-    std::string workloads;
-    for (const auto& w : options.workloads) workloads += (workloads.empty() ? "" : ",") + w;
-    launcher.emplace(RankLaunchOptions{DDPBENCH_EXECUTABLE, rank_command_line(options, devices, workloads, GetParam()),
-                                       devices.size(), std::chrono::seconds(60)});
-    runner.set_rank_launcher(&*launcher);
-  }
-  const RunRecord record = runner.run();
+  const RunRecord record = run_harness(options, devices);
   ASSERT_EQ(record.cases.size(), WorkloadRegistry::instance().names().size());
   EXPECT_TRUE(record.complete);
   for (const auto& c : record.cases) {
@@ -78,6 +84,36 @@ TEST_P(EveryStrategy, RunsOrSaysWhyNotOnEveryWorkload) {
       EXPECT_GE(marked, step * 0.9) << "more than 10% of the step is in no phase";
     }
   }
+}
+
+TEST_P(EveryStrategy, ComputesInBf16UnderDtypeBf16AndStillMatchesSingle) {
+  // One device first, where every strategy is deterministic: its loss under bf16 must move away
+  // from its loss under fp32 (so its forward passes really ran under autocast, on every thread that
+  // runs one), by far more than fp32's own run-to-run difference (none).
+  auto first_losses = [&](Precision precision, int world_size) {
+    RunnerOptions o = small_run(GetParam());
+    o.workloads = {"mlp"};
+    o.repetitions = 1;
+    o.precision = precision;
+    o.parity_tolerance = default_parity_tolerance(precision);
+    const RunRecord record = run_harness(o, resolve_devices({"cpu", world_size, 1}));
+    EXPECT_EQ(record.cases.at(0).status, CaseStatus::Ok) << record.cases.at(0).reason;
+    return record.cases.at(0);
+  };
+  const CaseRecord fp32 = first_losses(Precision::Fp32, 1), fp32_again = first_losses(Precision::Fp32, 1);
+  const CaseRecord bf16 = first_losses(Precision::Bf16, 1);
+  ASSERT_FALSE(fp32.repetitions.empty() || fp32_again.repetitions.empty() || bf16.repetitions.empty());
+  const double reference = fp32.repetitions[0].first_loss;
+  EXPECT_EQ(fp32_again.repetitions[0].first_loss, reference);
+  EXPECT_GT(std::abs(bf16.repetitions[0].first_loss - reference), 1e-5 * std::abs(reference))
+      << "bf16 " << bf16.repetitions[0].first_loss << " against fp32 " << reference;
+  // Two devices: parity with single under bf16, within bf16's tolerance.
+  const CaseRecord bf16_two = first_losses(Precision::Bf16, 2);
+  ASSERT_TRUE(bf16_two.parity.has_value());
+  if (!StrategyRegistry::instance().get(GetParam()).asynchronous) {
+    EXPECT_TRUE(bf16_two.parity->within_tolerance) << "max relative difference " << bf16_two.parity->max_rel_param_diff;
+  }
+  EXPECT_TRUE(std::isfinite(bf16_two.repetitions.at(0).final_loss));
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, EveryStrategy, ::testing::ValuesIn(StrategyRegistry::instance().names()),

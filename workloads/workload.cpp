@@ -21,7 +21,11 @@ std::unique_ptr<torch::optim::Optimizer> Workload::make_optimizer(std::vector<to
 }
 
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+  // The loss in fp32 whatever the logits' type: under --dtype bf16/fp16 the softmax over many
+  // classes would lose the small probabilities, whichever autocast op lists this LibTorch has.
+  const auto flat = logits.reshape({-1, logits.size(-1)});
+  return torch::nn::functional::cross_entropy(flat.scalar_type() == torch::kFloat ? flat : flat.to(torch::kFloat),
+                                              targets.reshape({-1}));
 }
 
 torch::Tensor Workload::loss(const torch::Tensor& output, const torch::Tensor& target) const {

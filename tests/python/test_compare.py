@@ -153,3 +153,14 @@ def test_markdown_table(two_runs):
     r = run_compare(two_runs[0], two_runs[1], "--markdown")
     assert r.returncode == 0
     assert r.stdout.startswith("| case | baseline ms |")
+
+
+def test_runs_of_different_dtypes_are_not_compared(two_runs, tmp_path):
+    doc = json.load(open(two_runs[1]))
+    doc["context"]["ddpbench"]["settings"]["dtype"] = "bf16"
+    bf16 = tmp_path / "bf16.json"
+    bf16.write_text(json.dumps(doc))
+    r = run_compare(two_runs[0], bf16)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.count("\n") == 1 and "--dtype bf16" in r.stderr and "ran fp32" in r.stderr
+    assert r.stdout == ""

@@ -62,3 +62,16 @@ def test_refuses_malformed_files(tmp_path, content, message):
 def test_missing_file_names_the_path(tmp_path):
     with pytest.raises(results.ResultsError, match="nothing-here.json"):
         results.load(tmp_path / "nothing-here.json")
+
+
+def test_dtype_and_tflops_of_a_real_run(real_run):
+    doc = results.load(real_run)
+    assert results.dtype(doc) == "fp32"
+    med = results.medians(doc)["mlp/single/world:1"]["ddpbench"]
+    achieved = med["compute"]["achieved_tflops"]
+    assert achieved > 0
+    assert results.tflops_text(med) == f"{achieved:.3g}"  # a CPU run: no peak to read it against
+    with_peak = dict(med, compute=dict(med["compute"], peak_tflops=2 * achieved, fraction_of_peak=0.5))
+    assert results.tflops_text(with_peak).endswith("(50% of " + f"{2 * achieved:.4g})")
+    del doc["context"]["ddpbench"]["settings"]["dtype"]  # a file from before --dtype
+    assert results.dtype(doc) == "fp32"
