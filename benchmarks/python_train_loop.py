@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""ddpbench's `mlp` and `transformer` workloads in PyTorch's own Python API, trained by one process
+as plain code (`single`) or wrapped in torch's DistributedDataParallel with one rank (`ddp`, NCCL on
+CUDA, Gloo on CPU): the peer benchmarks/compare_python_api.py runs against ddpbench on the same
+machine, with the same torch (on the GPU machine, the wheel's; here, Debian's python3-torch).
+
+Same model, loss, optimizer, batch and dtype as ddpbench (WORKLOADS.md); mixed precision with
+torch.autocast, and fp16 with a GradScaler. Each step is timed on the host after synchronising the
+device, as ddpbench times its steps. Prints one JSON line: {"step_ms": [...]}.
+
+    python_train_loop.py --workload mlp|transformer [--strategy single|ddp] [--device cpu|cuda]
+                         [--dtype fp32|bf16|fp16] [--steps 30] [--warmup 5] [--batch N] [--threads N]
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+VOCAB, EMBED, LAYERS, HEADS, FEED_FORWARD, SEQUENCE = 1000, 128, 2, 4, 512, 64
+
+
+class CausalLM(nn.Module):
+    """ddpbench's `transformer`: token and position embeddings, a sequence-first encoder without
+    dropout, causal mask, a head over the vocabulary."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokens = nn.Embedding(VOCAB, EMBED)
+        self.positions = nn.Embedding(SEQUENCE, EMBED)
+        layer = nn.TransformerEncoderLayer(EMBED, HEADS, dim_feedforward=FEED_FORWARD, dropout=0.0)
+        self.encoder = nn.TransformerEncoder(layer, LAYERS)
+        self.head = nn.Linear(EMBED, VOCAB)
+
+    def forward(self, tokens):
+        seq = tokens.size(1)
+        h = self.tokens(tokens) + self.positions(torch.arange(seq, device=tokens.device)).unsqueeze(0)
+        mask = torch.full((seq, seq), float("-inf"), device=tokens.device).triu(1)
+        return self.head(self.encoder(h.transpose(0, 1), mask).transpose(0, 1))
+
+
+def workload(name, batch, device):
+    """(model on `device`, optimizer factory, inputs, targets, batch) of a workload; 32 batches of data."""
+    if name == "mlp":
+        batch = batch or 128
+        model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                              nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+        inputs = torch.randn(32 * batch, 784)
+        targets = torch.randint(0, 10, (32 * batch,))
+        make_optimizer = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)  # noqa: E731
+    else:
+        batch = batch or 32
+        model = CausalLM()
+        tokens = torch.randint(0, VOCAB, (32 * batch, SEQUENCE + 1))
+        inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        make_optimizer = lambda p: torch.optim.AdamW(p, lr=1e-3)  # noqa: E731
+    # The data stays on the host and each batch is copied over per step, as ddpbench's loader does.
+    return model.to(device), make_optimizer, inputs, targets, batch
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", choices=["mlp", "transformer"], required=True)
+    p.add_argument("--strategy", choices=["single", "ddp"], default="single")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--batch", type=int, default=0, help="global batch (default: the workload's)")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: torch's)")
+    args = p.parse_args(argv)
+    if args.dtype == "fp16" and args.device == "cpu":
+        p.error("--dtype fp16 needs --device cuda")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.manual_seed(42)
+    model, make_optimizer, inputs, targets, batch = workload(args.workload, args.batch, device)
+    if args.strategy == "ddp":
+        import torch.distributed as dist
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=0, world_size=1)
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[0] if device.type == "cuda" else None,
+                                                    bucket_cap_mb=25)
+    optimizer = make_optimizer(model.parameters())
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.dtype)
+    scaler = torch.cuda.amp.GradScaler() if args.dtype == "fp16" else None
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times = []
+    for i in range(args.warmup + args.steps):
+        sync()
+        start = time.perf_counter()
+        b = i % 32
+        x = inputs[b * batch:(b + 1) * batch].to(device, non_blocking=True)
+        y = targets[b * batch:(b + 1) * batch].to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=low, enabled=low is not None):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        optimizer.zero_grad()
+        sync()
+        if i >= args.warmup:
+            times.append((time.perf_counter() - start) * 1e3)
+    print(json.dumps({"step_ms": times}))
+    if args.strategy == "ddp":
+        torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
