@@ -31,25 +31,33 @@ long long parse_count(const std::string& flag, const std::string& value, long lo
 
 namespace {
 
-double parse_seconds(const std::string& flag, const std::string& value) {
+// The number `value` spells in full, when it is a finite one; each flag says what else it needs.
+std::optional<double> parse_finite(const std::string& value) {
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v)) {
-    throw UsageError(flag + ": '" + value + "' is not a number of seconds");
-  }
-  if (v <= 0) throw UsageError(flag + ": must be more than 0 seconds, got " + value);
+  if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v)) return std::nullopt;
   return v;
 }
 
+double parse_seconds(const std::string& flag, const std::string& value) {
+  const auto v = parse_finite(value);
+  if (!v) throw UsageError(flag + ": '" + value + "' is not a number of seconds");
+  if (*v <= 0) throw UsageError(flag + ": must be more than 0 seconds, got " + value);
+  return *v;
+}
+
 double parse_fraction(const std::string& flag, const std::string& value) {
-  errno = 0;
-  char* end = nullptr;
-  const double v = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || v < 0) {
-    throw UsageError(flag + ": '" + value + "' is not a non-negative number");
-  }
-  return v;
+  const auto v = parse_finite(value);
+  if (!v || *v < 0) throw UsageError(flag + ": '" + value + "' is not a non-negative number");
+  return *v;
+}
+
+// A positive number of `unit`s, or UsageError naming the flag.
+double parse_positive(const std::string& flag, const std::string& value, const std::string& unit) {
+  const auto v = parse_finite(value);
+  if (!v || *v <= 0) throw UsageError(flag + ": '" + value + "' is not a positive number of " + unit);
+  return *v;
 }
 
 }  // namespace
@@ -199,27 +207,14 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (!dataset_size.empty()) r.dataset_size = parse_count("--dataset-size", dataset_size, 1);
   r.parity_steps = static_cast<int>(parse_count("--parity-steps", parity_steps, 0, 10000));
   r.precision = parse_precision("--dtype", dtype);
-  if (!peak_tflops.empty()) {
-    errno = 0;
-    char* end = nullptr;
-    const double tflops = std::strtod(peak_tflops.c_str(), &end);
-    if (*end != '\0' || errno == ERANGE || !std::isfinite(tflops) || tflops <= 0) {
-      throw UsageError("--peak-tflops: '" + peak_tflops + "' is not a positive number of TFLOP/s");
-    }
-    r.peak_flops = tflops * 1e12;
-  }
+  if (!peak_tflops.empty()) r.peak_flops = parse_positive("--peak-tflops", peak_tflops, "TFLOP/s") * 1e12;
   r.parity_tolerance = parity_tolerance.empty() ? default_parity_tolerance(r.precision)
                                                 : parse_fraction("--parity-tolerance", parity_tolerance);
   r.max_cv = parse_fraction("--max-cv", max_cv);
   if (!trace_dir.empty()) cmd.trace_dir = trace_dir;
 
   auto& ddp = r.strategy.ddp;
-  errno = 0;
-  char* end = nullptr;
-  ddp.bucket_mb = std::strtod(bucket_mb.c_str(), &end);
-  if (bucket_mb.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(ddp.bucket_mb) || ddp.bucket_mb <= 0) {
-    throw UsageError("--bucket-mb: '" + bucket_mb + "' is not a positive number of MiB");
-  }
+  ddp.bucket_mb = parse_positive("--bucket-mb", bucket_mb, "MiB");
   ddp.overlap = !no_overlap;
   ddp.grad_as_bucket_view = grad_as_bucket_view;
   ddp.sync_bn = sync_bn;
