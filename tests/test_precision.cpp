@@ -86,9 +86,13 @@ TEST(AutocastScope, IsThreadLocal) {
 }
 
 TEST(AutocastScope, AWeightChangedBetweenScopesIsCastAgain) {
-  // Autocast caches the bf16 copy of a weight (a leaf that requires grad) within a scope; the cache
-  // must go when the scope ends, or the next step's forward would use the weight before the
-  // optimizer step.
+  // Autocast caches the low-precision copy of a weight (a leaf that requires grad) within a scope;
+  // the cache must go when the scope ends, or the next step's forward would use the weight before
+  // the optimizer step. LibTorch 1.x caches fp16 casts only, which CPU autocast never makes, so
+  // there this test could not fail: it runs where CPU bf16 casts are cached (2.x, the wheel build).
+  if (compat::torch_version().rfind("1.", 0) == 0) {
+    GTEST_SKIP() << "LibTorch " << compat::torch_version() << " caches no CPU bf16 casts";
+  }
   torch::nn::Linear linear(16, 4);
   const auto x = torch::randn({8, 16});
   torch::Tensor before, after, expected;
