@@ -10,6 +10,37 @@
 
 namespace ddpbench::compat {
 
+namespace {
+
+c10d::TCPStoreOptions tcp_store_options(const TcpStoreSettings& settings) {
+  c10d::TCPStoreOptions options;
+  options.port = settings.port;
+  options.isServer = settings.is_server;
+  options.waitWorkers = false;  // callers count their ranks themselves, with errors that name them
+  options.timeout = settings.timeout;
+  return options;
+}
+
+}  // namespace
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+c10::intrusive_ptr<c10d::TCPStore> make_tcp_store(const std::string& host, const TcpStoreSettings& settings) {
+  auto options = tcp_store_options(settings);
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(host, options);
+  } catch (const std::exception& e) {
+    // The refusal comes before any socket is opened, so trying again costs nothing.
+    if (std::string(e.what()).find("libuv") == std::string::npos) throw;
+  }
+  options.useLibUV = false;
+  return c10::make_intrusive<c10d::TCPStore>(host, options);
+}
+#else
+c10::intrusive_ptr<c10d::TCPStore> make_tcp_store(const std::string& host, const TcpStoreSettings& settings) {
+  return c10::make_intrusive<c10d::TCPStore>(host, tcp_store_options(settings));
+}
+#endif
+
 c10::intrusive_ptr<CollectiveBackend> make_gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                       std::chrono::milliseconds timeout, const std::string& hostname,
                                                       const std::string& interface) {
@@ -20,6 +51,20 @@ c10::intrusive_ptr<CollectiveBackend> make_gloo_group(const c10::intrusive_ptr<c
   // communication takes one core at most, leaving the others to backward.
   options->threads = 1;
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+}
+
+void shutdown_group(const c10::intrusive_ptr<CollectiveBackend>& group) noexcept {
+#if defined(USE_C10D_NCCL) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3))
+  if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(group.get())) {
+    try {
+      nccl->shutdown();
+    } catch (const std::exception&) {
+      // a group whose peer died may refuse a clean shutdown; the process is leaving either way
+    }
+  }
+#else
+  (void)group;
+#endif
 }
 
 bool have_nccl() {

@@ -1,7 +1,6 @@
 #include "harness/process_group.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
 #include <sstream>
@@ -27,16 +26,15 @@ std::string as_string(const std::vector<uint8_t>& bytes) { return std::string(by
 std::vector<uint8_t> as_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
 c10::intrusive_ptr<c10d::Store> connect_store(const RankEnv& env, std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(env.master_port);
-  opts.isServer = env.rank == 0 && !env.launcher_hosts_store;
-  opts.waitWorkers = false;  // ranks are counted below, with a clear error when they disagree
-  opts.timeout = timeout;
+  compat::TcpStoreSettings settings;
+  settings.port = static_cast<std::uint16_t>(env.master_port);
+  settings.is_server = env.rank == 0 && !env.launcher_hosts_store;
+  settings.timeout = timeout;  // ranks are counted below, with a clear error when they disagree
   const std::string where = "MASTER_ADDR=" + env.master_addr + " MASTER_PORT=" + std::to_string(env.master_port);
   try {
-    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    return compat::make_tcp_store(env.master_addr, settings);
   } catch (const std::exception& e) {
-    if (opts.isServer) {
+    if (settings.is_server) {
       throw UsageError(where + ": rank 0 cannot host the rendezvous there (port taken or address not local): " +
                        first_line(e.what()));
     }
@@ -101,6 +99,8 @@ ProcessGroupContext::ProcessGroupContext(c10::intrusive_ptr<c10d::Store> store, 
     group_ = compat::make_gloo_group(group_store, rank, size, timeout, hostname, interface ? interface : "");
   }
 }
+
+ProcessGroupContext::~ProcessGroupContext() { compat::shutdown_group(group_); }
 
 std::unique_ptr<ProcessGroupContext> ProcessGroupContext::join(const RankEnv& env, DeviceKind kind,
                                                                std::chrono::milliseconds timeout) {

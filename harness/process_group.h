@@ -32,6 +32,10 @@ class ProcessGroupContext {
   // A group over an existing store (threads as ranks in the tests).
   ProcessGroupContext(c10::intrusive_ptr<c10d::Store> store, int rank, int size, DeviceKind kind,
                       std::chrono::milliseconds timeout, const std::string& hostname = "127.0.0.1");
+  // Shuts the process group down (NCCL's communicators released, no exit-time warning).
+  ~ProcessGroupContext();
+  ProcessGroupContext(const ProcessGroupContext&) = delete;
+  ProcessGroupContext& operator=(const ProcessGroupContext&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }

@@ -1,7 +1,6 @@
 #include "harness/rank_launcher.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <nlohmann/json.hpp>
 #include <signal.h>
@@ -13,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "harness/c10d_compat.h"
 #include "harness/child_process.h"
 #include "harness/errors.h"
 
@@ -82,12 +82,11 @@ struct RankLauncher::Store {
 };
 
 RankLauncher::RankLauncher(RankLaunchOptions options) : options_(std::move(options)), store_(std::make_unique<Store>()) {
-  c10d::TCPStoreOptions opts;
-  opts.port = 0;  // a free port, chosen by the kernel: no race with other runs
-  opts.isServer = true;
-  opts.waitWorkers = false;
-  opts.timeout = options_.timeout;
-  store_->tcp = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+  compat::TcpStoreSettings settings;
+  settings.port = 0;  // a free port, chosen by the kernel: no race with other runs
+  settings.is_server = true;
+  settings.timeout = options_.timeout;
+  store_->tcp = compat::make_tcp_store("127.0.0.1", settings);
 }
 
 RankLauncher::~RankLauncher() = default;

@@ -13,9 +13,11 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
-#if __has_include(<nccl.h>)
-#include <nccl.h>
-#define DDPBENCH_HAVE_NCCL_H 1
+// The NCCL version comes from LibTorch (libtorch_cuda), so ddpbench never links NCCL itself: the
+// wheel keeps libnccl in another wheel, and calling it directly needs that library on the link line.
+#if __has_include(<torch/csrc/cuda/nccl.h>)
+#include <torch/csrc/cuda/nccl.h>
+#define DDPBENCH_HAVE_TORCH_NCCL_H 1
 #endif
 #endif
 
@@ -86,13 +88,11 @@ std::optional<std::string> cuda_version() {
 }
 
 std::optional<std::string> nccl_version() {
-#ifdef DDPBENCH_HAVE_NCCL_H
-  int v = 0;
-  if (ncclGetVersion(&v) != ncclSuccess) return std::nullopt;
-  const int major = v >= 10000 ? v / 10000 : v / 1000;
-  const int minor = v >= 10000 ? (v % 10000) / 100 : (v % 1000) / 100;
-  const int patch = v % 100;
-  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+#ifdef DDPBENCH_HAVE_TORCH_NCCL_H
+  // major << 32 | minor << 16 | patch, as torch.cuda.nccl.version() decodes it; 0 without NCCL.
+  const std::uint64_t v = torch::cuda::nccl::version();
+  if (v == 0) return std::nullopt;
+  return std::to_string(v >> 32) + "." + std::to_string((v >> 16) & 0xffff) + "." + std::to_string(v & 0xffff);
 #else
   return std::nullopt;
 #endif
@@ -115,7 +115,16 @@ void cuda_synchronize(int index) {
   c10::cuda::device_synchronize();
 }
 
-void cuda_set_device(int index) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(index)); }
+void cuda_set_device(int index) {
+  // cudaSetDevice itself, not c10::cuda::set_device: c10's skips the call when the index is
+  // already current, and a new thread's current index is 0 before it has any context. Since CUDA 12
+  // cudaSetDevice also makes the device's primary context current, so a thread whose first CUDA
+  // work is a cuBLAS call finds a context (cuBLAS otherwise warns that there is none).
+  const cudaError_t status = cudaSetDevice(index);
+  if (status != cudaSuccess) {
+    throw std::runtime_error("cudaSetDevice(" + std::to_string(index) + "): " + cudaGetErrorString(status));
+  }
+}
 
 void cuda_reset_peak_memory(int index) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Configures (once) and builds ddpbench and its tests into build/. Incremental: ccache and the
-# precompiled header keep a one-line change to one small recompile.
+# Configures (once) and builds ddpbench and its tests. Incremental: ccache and the precompiled
+# header keep a one-line change to one small recompile. The build folder is build/ unless
+# DDPBENCH_BUILD_DIR names another (scripts/test-libtorch2.sh builds into build-libtorch2/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${DDPBENCH_PRESET:-release}"
-if [ ! -f build/build.ninja ]; then
-  cmake --preset "$preset" >/dev/null
+build_dir="${DDPBENCH_BUILD_DIR:-build}"
+if [ ! -f "$build_dir/build.ninja" ]; then
+  cmake --preset "$preset" -B "$build_dir" >/dev/null
 fi
-cmake --build build
+cmake --build "$build_dir"

@@ -3,20 +3,8 @@
 # package is present it only checks, and says so. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-PACKAGES=(
-  # build
-  cmake ninja-build g++ ccache git pkg-config
-  # LibTorch (CPU) and the Gloo headers for c10d
-  libtorch-dev libgloo-dev
-  # without OpenBLAS, Debian's LibTorch falls back to the reference BLAS: CPU throughput drops ~20x
-  libopenblas0-openmp
-  # C++ libraries
-  libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-  # Python side: reports, tests, and the PyTorch comparison benchmarks (Debian's python3, not PATH's)
-  python3 python3-matplotlib python3-pytest python3-torch python3-numpy
-  # the report page's render test takes a screenshot in headless Chromium
-  chromium
-)
+# The list is shared with scripts/test-libtorch2.sh, which installs it into a Debian trixie root.
+mapfile -t PACKAGES < <(sed -e 's/#.*//' "$(dirname "$0")/debian-packages.txt" | tr -s ' \t' '\n' | sed '/^$/d')
 
 missing=()
 for p in "${PACKAGES[@]}"; do

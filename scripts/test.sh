@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite: install, build, the C++ tests (CTest + GoogleTest) and the Python tests
-# (pytest under Debian's /usr/bin/python3, which sees python3-matplotlib and python3-torch).
+# The whole test suite against this machine's LibTorch: install, build, the C++ tests (CTest +
+# GoogleTest) and the Python tests (pytest under Debian's /usr/bin/python3, which sees
+# python3-matplotlib and python3-torch). scripts/test-libtorch2.sh runs this same script inside a
+# Debian trixie root, against LibTorch 2.6. DDPBENCH_BUILD_DIR picks the build folder (build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export DDPBENCH_BUILD_DIR="$(pwd)/${DDPBENCH_BUILD_DIR:-build}"
 ./scripts/setup.sh
 ./scripts/build.sh
 jobs=$(nproc 2>/dev/null || echo 2)
-(cd build && ctest -j"$jobs" --output-on-failure --timeout 900)
+(cd "$DDPBENCH_BUILD_DIR" && ctest -j"$jobs" --output-on-failure --timeout 900)
 /usr/bin/python3 -m pytest -q tests/python

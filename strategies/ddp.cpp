@@ -19,6 +19,9 @@ namespace ddpbench {
 namespace {
 
 // A differentiable all-reduce (sum): SyncBatchNorm's statistics forward, their gradients backward.
+// (CMakeLists.txt compiles this file without -Warray-bounds and -Wstringop-overflow: GCC 14 reports
+// a false out-of-bounds memmove in std::vector<bool>::reserve inside LibTorch 2.x's
+// Function<T>::apply.)
 struct AllReduceSum : torch::autograd::Function<AllReduceSum> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                ProcessGroupContext* group) {

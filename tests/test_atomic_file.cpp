@@ -3,8 +3,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <filesystem>
-
 #include "harness/atomic_file.h"
 #include "harness/errors.h"
 #include "test_support.h"
@@ -12,6 +10,8 @@
 namespace ddpbench {
 namespace {
 
+using testing::directory_entries;
+using testing::path_exists;
 using testing::read_text;
 using testing::ScratchDir;
 
@@ -23,7 +23,7 @@ TEST(AtomicFile, WritesAndReplacesWholeFiles) {
   write_file_atomically(path, "second, longer");
   EXPECT_EQ(read_text(path), "second, longer");
   // Nothing but the target is left in the directory.
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1);
+  EXPECT_EQ(directory_entries(dir.path()).size(), 1u);
 }
 
 TEST(AtomicFile, KillDuringWritesNeverLeavesATruncatedFile) {
@@ -41,10 +41,9 @@ TEST(AtomicFile, KillDuringWritesNeverLeavesATruncatedFile) {
     int status = 0;
     ::waitpid(pid, &status, 0);
     ASSERT_TRUE(WIFSIGNALED(status));
-    for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-      const std::string content = read_text(entry.path().string());
-      EXPECT_TRUE(content == a || content == b)
-          << entry.path() << " holds " << content.size() << " bytes: a partial write";
+    for (const auto& name : directory_entries(dir.path())) {
+      const std::string content = read_text(dir.file(name));
+      EXPECT_TRUE(content == a || content == b) << name << " holds " << content.size() << " bytes: a partial write";
     }
   }
 }
@@ -60,7 +59,7 @@ TEST(AtomicFile, CheckWritableOutputNamesTheFlag) {
   }
   EXPECT_THROW(check_writable_output("--json", dir.path()), UsageError);  // a directory
   EXPECT_NO_THROW(check_writable_output("--json", dir.file("ok.json")));
-  EXPECT_FALSE(std::filesystem::exists(dir.file("ok.json")));  // checking creates nothing
+  EXPECT_FALSE(path_exists(dir.file("ok.json")));  // checking creates nothing
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // The ddpbench executable end to end: bad input, --list, the JSON contract, a killed run.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -12,6 +11,8 @@ namespace {
 
 using nlohmann::json;
 using testing::ddpbench_args;
+using testing::directory_entries;
+using testing::path_exists;
 using testing::read_text;
 using testing::run_process;
 using testing::ScratchDir;
@@ -49,8 +50,8 @@ TEST_P(BadInputTest, ExitsTwoWithOneLineNamingTheFlagAndWritesNothing) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(GetParam().flag), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(GetParam().says), std::string::npos) << r.err;
-  EXPECT_FALSE(std::filesystem::exists(json_path));
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 0);
+  EXPECT_FALSE(path_exists(json_path));
+  EXPECT_EQ(directory_entries(dir.path()).size(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -95,7 +96,7 @@ TEST(Cli, DeviceCudaWithoutCudaExitsTwo) {
   const auto r = run_process(ddpbench_args({"--device", "cuda", "--world-size", "64", "--json", dir.file("r.json")}));
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(r.err.find("--device") != std::string::npos || r.err.find("--world-size") != std::string::npos) << r.err;
-  EXPECT_FALSE(std::filesystem::exists(dir.file("r.json")));
+  EXPECT_FALSE(path_exists(dir.file("r.json")));
 }
 
 TEST(Cli, MaxCvMarksNoisyCasesInTableAndJson) {
@@ -338,16 +339,16 @@ TEST(Cli, KilledRunLeavesNoTruncatedJson) {
   const auto path = dir.file("results.json");
   // Long enough to be killed mid-run; killed at different moments.
   for (int delay_ms : {150, 700, 1500}) {
-    std::filesystem::remove(path);
+    ::unlink(path.c_str());
     const auto r = run_process(ddpbench_args({"--device", "cpu", "--strategy", "single", "--workload", "all",
                                               "--steps", "50", "--repetitions", "3", "--batch", "16", "--json", path}),
                                delay_ms);
     ASSERT_EQ(r.signal, SIGKILL) << "the run ended before it was killed; make it longer";
-    if (!std::filesystem::exists(path)) continue;  // killed before the first update: nothing written
+    if (!path_exists(path)) continue;  // killed before the first update: nothing written
     const json doc = json::parse(read_text(path));  // throws on a truncated document
     EXPECT_FALSE(doc["context"]["ddpbench"]["complete"].get<bool>());
-    for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-      if (entry.path() != path) ADD_FAILURE() << "left behind: " << entry.path();
+    for (const auto& name : directory_entries(dir.path())) {
+      if (dir.file(name) != path) ADD_FAILURE() << "left behind: " << dir.file(name);
     }
   }
 }
@@ -370,7 +371,7 @@ TEST(Cli, InterruptKeepsMeasuredRepetitions) {
   // Wait until some repetitions are in the file, then interrupt.
   for (int i = 0; i < 600; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (std::filesystem::exists(path) && read_text(path).find("\"iteration\"") != std::string::npos) break;
+    if (path_exists(path) && read_text(path).find("\"iteration\"") != std::string::npos) break;
   }
   ::kill(pid, SIGINT);
   int status = 0;

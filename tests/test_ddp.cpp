@@ -31,6 +31,9 @@ namespace {
 
 using nlohmann::json;
 using testing::ddpbench_args;
+using testing::directory_entries;
+using testing::is_regular_file;
+using testing::path_exists;
 using testing::find_case;
 using testing::read_text;
 using testing::run_process;
@@ -302,7 +305,7 @@ TEST(DdpRun, Rank0SavesACheckpointThatLoadsIntoThePlainModel) {
   EXPECT_FALSE(torch::equal(model->parameters()[0], initial)) << "the checkpoint holds no trained weights";
   // Nothing half-written is left next to it.
   int files = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path())) files += e.is_regular_file() ? 1 : 0;
+  for (const auto& name : directory_entries(dir.path())) files += is_regular_file(dir.file(name)) ? 1 : 0;
   EXPECT_EQ(files, 1);
 }
 
@@ -448,7 +451,7 @@ TEST(DdpExternalLaunch, TorchrunStyleRanksRunAndRank0AloneWritesTheJson) {
                                           ddp_run(dir.file("r1.json"), {"--strategy", "all", "--trace", dir.path()})});
   ASSERT_EQ(results[0].exit_code, 0) << results[0].err;
   ASSERT_EQ(results[1].exit_code, 0) << results[1].err;
-  EXPECT_FALSE(std::filesystem::exists(dir.file("r1.json"))) << "only rank 0 reports";
+  EXPECT_FALSE(path_exists(dir.file("r1.json"))) << "only rank 0 reports";
   EXPECT_TRUE(results[1].out.empty()) << results[1].out;
   const json doc = json::parse(read_text(dir.file("r0.json")));
   const auto* ddp = find_case(doc, "mlp/ddp/world:2");

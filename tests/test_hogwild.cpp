@@ -7,7 +7,6 @@
 
 #include <dirent.h>
 
-#include <filesystem>
 #include <map>
 #include <set>
 
@@ -211,8 +210,7 @@ std::vector<std::string> hogwild_run(const std::string& json_path, std::vector<s
 // Objects in /dev/shm that a hogwild run could have made.
 std::set<std::string> hogwild_shared_memory() {
   std::set<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
-    const auto name = e.path().filename().string();
+  for (const auto& name : testing::directory_entries("/dev/shm")) {
     if (name.rfind("ddpbench-hogwild", 0) == 0) names.insert(name);
   }
   return names;

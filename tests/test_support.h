@@ -2,7 +2,9 @@
 // Helpers shared by the test files: run the real ddpbench binary, make scratch directories.
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,11 +12,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
-#include <filesystem>
+#include <cstring>
 #include <fstream>
-#include <sstream>
 #include <map>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,17 +40,57 @@ inline std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// Files and directories through POSIX calls, never std::filesystem: the PyTorch wheel's libtorch.so
+// exports its own copies of std::filesystem's functions, a program linked against it binds to those
+// (PyTorch issue #133437), and std::filesystem::remove_all jumped to address 0 there. The CTest
+// NoStdSymbolInterposedByLibTorch checks that no binary of ours imports such a symbol.
+inline bool path_exists(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+inline bool is_regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// The names in `dir`, without "." and ".."; empty when it cannot be read.
+inline std::vector<std::string> directory_entries(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(d);
+  return names;
+}
+
+// Removes `path` and everything under it, not following symbolic links; quiet when it is gone.
+inline void remove_tree(const std::string& path) {
+  const auto remove_entry = [](const char* entry, const struct stat*, int, FTW*) {
+    ::remove(entry);  // what cannot be removed stays; the walk goes on
+    return 0;
+  };
+  ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+inline std::string temp_directory() {
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+}
+
 // A fresh empty directory under the system temp dir, removed with the object.
 class ScratchDir {
  public:
   ScratchDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "ddpbench-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
+    std::string pattern = temp_directory() + "/ddpbench-test-XXXXXX";
+    const char* made = ::mkdtemp(pattern.data());
+    if (made == nullptr) throw std::runtime_error("mkdtemp " + pattern + ": " + std::strerror(errno));
+    path_ = made;
   }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
+  ~ScratchDir() { remove_tree(path_); }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
   const std::string& path() const { return path_; }
 

@@ -46,15 +46,37 @@ TEST_P(EveryWorkload, SameSeedSameInitialWeights) {
 }
 
 TEST_P(EveryWorkload, CloneCopiesParametersAndBuffers) {
+  torch::manual_seed(5);
   auto model = workload().make_model();
-  auto copy = clone_model(*model, torch::kCPU);
-  const auto pa = model->parameters(), pb = copy->parameters();
-  ASSERT_EQ(pa.size(), pb.size());
-  for (size_t i = 0; i < pa.size(); ++i) {
-    EXPECT_TRUE(torch::equal(pa[i], pb[i]));
-    EXPECT_NE(pa[i].data_ptr(), pb[i].data_ptr());  // a copy, not shared storage
+  {
+    // Buffers away from their initial values, so a fresh instance's own cannot pass for a copy.
+    torch::NoGradGuard no_grad;
+    for (auto& b : model->buffers()) b.add_(3);
   }
-  EXPECT_EQ(model->buffers().size(), copy->buffers().size());
+  model->eval();
+  auto copy = clone_model(*model, torch::kCPU);
+  const auto pa = model->named_parameters(), pb = copy->named_parameters();
+  ASSERT_EQ(pa.keys(), pb.keys());
+  for (const auto& entry : pa) {
+    const auto& theirs = pb[entry.key()];
+    EXPECT_TRUE(torch::equal(entry.value(), theirs)) << entry.key();
+    EXPECT_NE(entry.value().data_ptr(), theirs.data_ptr()) << entry.key() << ": a copy, not shared storage";
+    EXPECT_TRUE(theirs.requires_grad() && theirs.is_leaf()) << entry.key() << ": trainable, no autograd history";
+  }
+  const auto ba = model->named_buffers(), bb = copy->named_buffers();
+  ASSERT_EQ(ba.keys(), bb.keys());
+  for (const auto& entry : ba) {
+    EXPECT_TRUE(torch::equal(entry.value(), bb[entry.key()])) << entry.key();
+    EXPECT_NE(entry.value().data_ptr(), bb[entry.key()].data_ptr()) << entry.key();
+  }
+  EXPECT_FALSE(copy->is_training());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : copy->parameters()) p.add_(1);
+  }
+  for (const auto& entry : pa) {
+    EXPECT_TRUE(torch::equal(entry.value() + 1, pb[entry.key()])) << entry.key() << ": the original is untouched";
+  }
 }
 
 TEST_P(EveryWorkload, FactsArePositive) {

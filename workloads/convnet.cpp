@@ -16,10 +16,9 @@ constexpr std::int64_t kClasses = 10;
 constexpr std::int64_t kWidths[3] = {32, 64, 128};
 constexpr std::int64_t kStrides[3] = {1, 2, 2};
 
-class ConvNetModel : public torch::nn::Cloneable<ConvNetModel>, public WorkloadModel {
+class ConvNetModel final : public DefaultConstructedModel<ConvNetModel> {
  public:
-  ConvNetModel() { reset(); }
-  void reset() override {
+  ConvNetModel() {
     std::int64_t in = kChannels;
     for (int i = 0; i < 3; ++i) {
       // No conv bias: the BatchNorm that follows has its own shift.

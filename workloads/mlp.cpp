@@ -11,10 +11,9 @@ constexpr std::int64_t kInputs = 784;
 constexpr std::int64_t kHidden = 1024;
 constexpr std::int64_t kClasses = 10;
 
-class MlpModel : public torch::nn::Cloneable<MlpModel>, public WorkloadModel {
+class MlpModel final : public DefaultConstructedModel<MlpModel> {
  public:
-  MlpModel() { reset(); }
-  void reset() override {
+  MlpModel() {
     fc1 = register_module("fc1", torch::nn::Linear(kInputs, kHidden));
     fc2 = register_module("fc2", torch::nn::Linear(kHidden, kHidden));
     fc3 = register_module("fc3", torch::nn::Linear(kHidden, kHidden));

@@ -20,10 +20,9 @@ constexpr std::int64_t kHeads = 4;
 constexpr std::int64_t kFeedForward = 512;
 constexpr std::int64_t kSequence = 64;
 
-class TransformerModel : public torch::nn::Cloneable<TransformerModel>, public WorkloadModel {
+class TransformerModel final : public DefaultConstructedModel<TransformerModel> {
  public:
-  TransformerModel() { reset(); }
-  void reset() override {
+  TransformerModel() {
     tokens = register_module("tokens", torch::nn::Embedding(kVocab, kEmbed));
     positions = register_module("positions", torch::nn::Embedding(kSequence, kEmbed));
     // Dropout off: every strategy must compute the same function for parity against `single`.

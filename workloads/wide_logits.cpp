@@ -12,10 +12,9 @@ constexpr std::int64_t kInputs = 256;
 constexpr std::int64_t kHidden = 512;
 constexpr std::int64_t kClasses = 32768;
 
-class WideLogitsModel : public torch::nn::Cloneable<WideLogitsModel>, public WorkloadModel {
+class WideLogitsModel final : public DefaultConstructedModel<WideLogitsModel> {
  public:
-  WideLogitsModel() { reset(); }
-  void reset() override {
+  WideLogitsModel() {
     fc1 = register_module("fc1", torch::nn::Linear(kInputs, kHidden));
     fc2 = register_module("fc2", torch::nn::Linear(kHidden, kClasses));
   }

@@ -9,9 +9,38 @@
 
 namespace ddpbench {
 
+namespace {
+
+// Copies `from` into `to` entry by entry; both come from the same architecture, so names and
+// shapes must agree exactly.
+void copy_by_name(const torch::OrderedDict<std::string, torch::Tensor>& from,
+                  torch::OrderedDict<std::string, torch::Tensor>& to, const std::string& model, const char* what) {
+  if (from.size() != to.size()) {
+    throw std::logic_error("clone of model '" + model + "': " + std::to_string(to.size()) + " " + what + " in a fresh instance, " +
+                           std::to_string(from.size()) + " in the original");
+  }
+  for (const auto& entry : from) {
+    auto* target = to.find(entry.key());
+    if (target == nullptr || !target->sizes().equals(entry.value().sizes())) {
+      throw std::logic_error("clone of model '" + model + "': " + what + " '" + entry.key() +
+                             "' is missing or has another shape in a fresh instance");
+    }
+    target->copy_(entry.value());
+  }
+}
+
+}  // namespace
+
 ModelPtr clone_model(const WorkloadModel& model, const c10::Device& device) {
-  auto copy = std::dynamic_pointer_cast<WorkloadModel>(model.clone(device));
-  if (!copy) throw std::logic_error("workload model '" + model.name() + "' does not clone to a WorkloadModel");
+  torch::NoGradGuard no_grad;
+  auto copy = model.fresh_instance();
+  if (!copy) throw std::logic_error("model '" + model.name() + "' returned no fresh instance");
+  copy->to(device);
+  auto parameters = copy->named_parameters();
+  auto buffers = copy->named_buffers();
+  copy_by_name(model.named_parameters(), parameters, model.name(), "parameters");
+  copy_by_name(model.named_buffers(), buffers, model.name(), "buffers");
+  copy->train(model.is_training());
   return copy;
 }
 

@@ -1,7 +1,6 @@
 #pragma once
 // A workload: a model, a loss, an optimizer and a deterministic synthetic dataset, defined once and
 // run unchanged under every strategy (WORKLOADS.md). A workload registers itself by name.
-#include <torch/nn/cloneable.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
@@ -13,15 +12,31 @@
 
 namespace ddpbench {
 
-// What every workload's model offers a strategy: a forward pass on a batch of inputs. Models
-// derive from torch::nn::Cloneable too (virtual Module base), so DataParallel can clone(device).
-class WorkloadModel : public virtual torch::nn::Module {
- public:
-  virtual torch::Tensor forward(const torch::Tensor& input) = 0;
-};
+class WorkloadModel;
 using ModelPtr = std::shared_ptr<WorkloadModel>;
 
-// Clones `model` onto `device` (parameters and buffers copied, no autograd history).
+// What every workload's model offers a strategy: a forward pass on a batch of inputs, and a fresh
+// model of the same architecture to clone into. Models derive from torch::nn::Module alone, never
+// from torch::nn::Cloneable: LibTorch 2.x derives Cloneable from Module non-virtually, so a second
+// Module base would give two Module subobjects; cloning is clone_model's, the same on 1.x and 2.x.
+class WorkloadModel : public torch::nn::Module {
+ public:
+  virtual torch::Tensor forward(const torch::Tensor& input) = 0;
+  // A newly built model of the same architecture and configuration, on the CPU, with LibTorch's
+  // default initialisation (it draws from the global generator, as Cloneable's reset() did).
+  virtual ModelPtr fresh_instance() const = 0;
+};
+
+// The fresh_instance() of a model built by its default constructor.
+template <typename Derived>
+class DefaultConstructedModel : public WorkloadModel {
+ public:
+  ModelPtr fresh_instance() const override { return std::make_shared<Derived>(); }
+};
+
+// A deep copy of `model` on `device`: a fresh instance moved there, every parameter and buffer
+// copied by name (no autograd history), training mode kept. Throws std::logic_error when the fresh
+// instance does not have the same parameters and buffers.
 ModelPtr clone_model(const WorkloadModel& model, const c10::Device& device);
 
 // A dataset held in memory: row i of `inputs` and of `targets` is sample i.

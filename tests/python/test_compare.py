@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from build_paths import BUILD, ROOT  # noqa: E402,F401
 sys.path.insert(0, ROOT)
 from reports import compare  # noqa: E402
 
-DDPBENCH = os.path.join(ROOT, "build", "ddpbench")
+DDPBENCH = os.path.join(BUILD, "ddpbench")
 SCRIPT = os.path.join(ROOT, "scripts", "ddpbench-compare")
 
 

@@ -6,11 +6,11 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from build_paths import BUILD, ROOT  # noqa: E402,F401
 sys.path.insert(0, ROOT)
 from reports import compare, report, results  # noqa: E402
 
-MICRO = os.path.join(ROOT, "build", "benchmarks", "ddpbench-micro")
+MICRO = os.path.join(BUILD, "benchmarks", "ddpbench-micro")
 
 
 @pytest.fixture(scope="module")

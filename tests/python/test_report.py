@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from build_paths import BUILD, ROOT  # noqa: E402,F401
 sys.path.insert(0, ROOT)
 from reports import report  # noqa: E402
 
