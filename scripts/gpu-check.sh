@@ -6,7 +6,8 @@
 # one log per step, the JSON files and the report; the last lines printed are a summary.
 # Usage: scripts/gpu-check.sh OUTDIR [STEP...]   STEP: env build ctest runs report (default: all)
 # Environment: GPU_CHECK_CTEST_TIMEOUT (seconds for the whole ctest, default 300),
-#   GPU_CHECK_RUN_FLAGS (extra ddpbench flags for the runs, default none).
+#   GPU_CHECK_RUN_TIMEOUT (seconds for each run, default 180), GPU_CHECK_RUN_FLAGS (extra ddpbench
+#   flags for the runs, default none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: scripts/gpu-check.sh OUTDIR [STEP...]}"
@@ -45,14 +46,15 @@ if has ctest; then
   started=$(date +%s)
   (cd build-gpu && timeout "${GPU_CHECK_CTEST_TIMEOUT:-300}" ctest -j"$(nproc)" --output-on-failure --timeout 240) >"$out/ctest.log" 2>&1
   note "ctest: rc=$? in $(( $(date +%s) - started )) s: $(grep -E 'tests passed|tests failed' "$out/ctest.log")"
-  grep -E "^\s+[0-9]+ - .*\((Failed|SEGFAULT|Timeout|Subprocess|Child)" "$out/ctest.log" | head -30 | tee -a "$summary"
+  grep -E "^\s+[0-9]+ - .*\((Failed|SEGFAULT|Timeout|Subprocess|Child|Exception)" "$out/ctest.log" | cut -c1-160 | head -40 |
+    tee -a "$summary"
 fi
 
 if has runs; then
   for dtype in fp32 bf16 fp16; do
     started=$(date +%s)
     # shellcheck disable=SC2086
-    ./build-gpu/ddpbench --strategy all --workload all --dtype "$dtype" --json "$out/all-workloads-$dtype.json" \
+    timeout "${GPU_CHECK_RUN_TIMEOUT:-180}" ./build-gpu/ddpbench --strategy all --workload all --dtype "$dtype" --json "$out/all-workloads-$dtype.json" \
       ${GPU_CHECK_RUN_FLAGS:-} >"$out/run-$dtype.out" 2>"$out/run-$dtype.err"
     rc=$?
     warnings=$(grep -ciE "warn" "$out/run-$dtype.err")
