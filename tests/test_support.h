@@ -188,14 +188,20 @@ inline std::vector<std::string> ddpbench_args(std::vector<std::string> extra) {
 }
 
 // ddpbench with `defaults` (each dropped where `extra` names the flag), then `extra`, writing its
-// JSON to `json_path` (--no-json when empty).
+// JSON to `json_path` (--no-json when empty). One intra-op thread per device unless the test names
+// --threads: by default ddpbench gives each device cores / world size threads, so on a 16-core
+// machine `ctest -j16` would start 16 runs of 16 threads each, and timings that hold on 2 cores
+// would not; with one thread the tests load any machine as they load the 2-core one.
 inline std::vector<std::string> ddpbench_run(const std::vector<std::pair<std::string, std::string>>& defaults,
                                              const std::string& json_path, std::vector<std::string> extra) {
   std::vector<std::string> args;
+  bool threads_named = std::find(extra.begin(), extra.end(), "--threads") != extra.end();
   for (const auto& [flag, value] : defaults) {
+    threads_named = threads_named || flag == "--threads";
     if (std::find(extra.begin(), extra.end(), flag) != extra.end()) continue;
     args.insert(args.end(), {flag, value});
   }
+  if (!threads_named) args.insert(args.end(), {"--threads", "1"});
   if (json_path.empty()) {
     args.push_back("--no-json");
   } else {
