@@ -93,7 +93,8 @@ json parity_json(const std::optional<ParityRecord>& parity) {
             {"reference_final_loss", parity->reference_final_loss},
             {"tolerance", parity->tolerance},
             {"within_tolerance", parity->within_tolerance},
-            {"reference", parity->reference}};
+            {"reference", parity->reference},
+            {"dtype", parity->dtype}};
   if (!parity->note.empty()) p["note"] = parity->note;
   p["compared_by"] = parity->compared_by_loss ? "loss" : "parameters";
   return p;

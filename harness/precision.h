@@ -21,8 +21,17 @@ Precision parse_precision(const std::string& flag, const std::string& value);
 c10::ScalarType compute_type(Precision precision);
 // Why `precision` cannot run on `device_type`, or empty. LibTorch's CPU autocast runs bf16 only.
 std::string precision_unsupported_reason(Precision precision, c10::DeviceType device_type);
-// The parity tolerance when --parity-tolerance is not given: fp32's 1e-5, or one that a correct
-// strategy meets when its products round to bf16/fp16 in another batch split than single's.
+// The type the parity check trains a synchronous strategy and its single reference in. Under fp32
+// it is float64: at a kink (ReLU), fp32 rounding that differs between batch splits (another BLAS
+// kernel for 8 rows than for 24) can flip one activation, and one flipped sample moves a row of
+// weights by about the learning rate times its gradient, 1e-4 and more of the parameters' scale,
+// which no fp32 tolerance separates from a wrong gradient. In float64 the same flip needs a
+// pre-activation 1e9 times closer to zero. Under bf16/fp16 the autocast path itself is what parity
+// checks, on fp32 parameters: Float.
+c10::ScalarType parity_dtype(Precision precision);
+// The parity tolerance when --parity-tolerance is not given: for fp32 runs one that float64
+// training meets, or one that a correct strategy meets when its products round to bf16/fp16 in
+// another batch split than single's.
 double default_parity_tolerance(Precision precision);
 
 // Autocast to the run's precision on this thread, for one forward pass and its loss; nothing under

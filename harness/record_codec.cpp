@@ -158,6 +158,7 @@ std::string encode(const ParityRecord& p) {
               {"tolerance", p.tolerance},
               {"within_tolerance", p.within_tolerance},
               {"reference", p.reference},
+              {"dtype", p.dtype},
               {"note", p.note}}
       .dump();
 }
@@ -172,6 +173,7 @@ ParityRecord decode_parity(const std::string& text) {
     p.tolerance = j.at("tolerance").get<double>();
     p.within_tolerance = j.at("within_tolerance").get<bool>();
     p.reference = j.at("reference").get<std::string>();
+    p.dtype = j.at("dtype").get<std::string>();
     p.note = j.at("note").get<std::string>();
     return p;
   });

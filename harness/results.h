@@ -61,6 +61,7 @@ struct ParityRecord {
   double tolerance = 0;
   bool within_tolerance = true;
   std::string reference = "single";
+  std::string dtype = "fp32";  // what the parity pass trained in: fp64 under --dtype fp32, else --dtype
   std::string note;  // why a difference is expected, where it is
   // Asynchronous strategies are compared by loss at equal samples seen: the parameter difference is
   // reported but not judged against the tolerance.

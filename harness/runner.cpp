@@ -284,6 +284,10 @@ std::unique_ptr<Strategy> Runner::start_strategy(const CaseSpec& spec, Optimizer
   const auto& info = StrategyRegistry::instance().get(spec.strategy);
   auto strategy = info.create();
   StrategySetup setup{workload, spec, devices_, workload.make_model(), std::move(optimizer)};
+  if (parity_run) {
+    const auto dtype = parity_dtype_of(spec);
+    if (dtype != torch::kFloat) set_floating_dtype(*setup.model, dtype);
+  }
   setup.options = options_.strategy;
   setup.steps_per_run = steps;
   setup.process_group = info.multi_process ? group_ : nullptr;
@@ -308,16 +312,25 @@ BatchLoader Runner::make_loader(const Dataset& dataset, const CaseSpec& spec, co
                      options_.loader);
 }
 
+c10::ScalarType Runner::parity_dtype_of(const CaseSpec& spec) const {
+  if (StrategyRegistry::instance().get(spec.strategy).asynchronous) return torch::kFloat;
+  return parity_dtype(options_.precision);
+}
+
 Runner::Reference Runner::train_untimed(const CaseSpec& spec, int steps) {
   const auto& workload = WorkloadRegistry::instance().get(spec.workload);
   const auto& dataset = dataset_for(workload, spec.global_batch);
   auto strategy = start_strategy(spec, parity_optimizer(workload), steps, /*parity_run=*/true);
   BatchLoader loader = make_loader(dataset, spec, *strategy);
+  const auto dtype = parity_dtype_of(spec);
   PhaseRecorder phases;
   Reference out;
   for (int i = 0; i < steps; ++i) {
+    Batch batch = loader.next();
+    if (batch.inputs.is_floating_point()) batch.inputs = batch.inputs.to(dtype);
+    if (batch.targets.is_floating_point()) batch.targets = batch.targets.to(dtype);
     phases.begin_step();
-    auto loss = strategy->step(loader.next(), phases);
+    auto loss = strategy->step(batch, phases);
     phases.end_step();
     out.final_loss = loss.item<double>();
     progress();
@@ -366,6 +379,7 @@ ParityRecord Runner::measure_parity(const CaseSpec& spec) {
 
   ParityRecord p;
   p.steps = steps;
+  p.dtype = parity_dtype_of(spec) == torch::kDouble ? "fp64" : to_string(options_.precision);
   p.tolerance = options_.parity_tolerance;
   p.final_loss = result.final_loss;
   if (!compares) return p;  // ranks other than 0 only train

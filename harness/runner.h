@@ -108,6 +108,9 @@ class Runner {
   BatchLoader make_loader(const Dataset& dataset, const CaseSpec& spec, const Strategy& strategy) const;
   // Trains `steps` steps without timing; returns trained parameters (CPU copies) and the last loss.
   Reference train_untimed(const CaseSpec& spec, int steps);
+  // What the parity pass of `spec` trains in (precision.h's parity_dtype); asynchronous strategies,
+  // compared by loss, train as they are measured.
+  c10::ScalarType parity_dtype_of(const CaseSpec& spec) const;
   void check_parity(CaseRecord& record);
   ParityRecord measure_parity(const CaseSpec& spec);
   void judge_parity(CaseRecord& record, const ParityRecord& parity) const;

@@ -29,6 +29,7 @@ class Case:
     def __init__(self, name, source):
         self.name = name
         self.source = source
+        self.tag = ""  # what tells its file from the others' in a report of several (source_tags)
         self.iterations = []
         self.median = None
         self.fields = None
@@ -58,6 +59,26 @@ class Case:
         return [t for b in self.iterations for t in b["ddpbench"].get("step_times_ms", [])]
 
 
+def source_tags(sources):
+    """A short tag per file name, for labels in a report of several files: the part of each name
+    that the others do not share (all-workloads-h100-fp32.json, ...-bf16.json: fp32, bf16); the
+    whole name where that part is empty; nothing for a single file."""
+    names = list(OrderedDict.fromkeys(sources))
+    if len(names) < 2:
+        return {n: "" for n in names}
+    prefix = os.path.commonprefix(names)
+    suffix = os.path.commonprefix([n[::-1] for n in names])[::-1]
+    tags = {}
+    for n in names:
+        core = n[len(prefix):len(n) - len(suffix)] if len(prefix) + len(suffix) < len(n) else ""
+        tags[n] = core.strip("-_.") or n
+    return tags
+
+
+def _label(c):
+    return f"{c.name} [{c.tag}]" if c.tag else c.name
+
+
 def collect_cases(docs):
     cases = OrderedDict()
     for source, doc in docs:
@@ -71,6 +92,9 @@ def collect_cases(docs):
                 case.iterations.append(b)
             elif b.get("aggregate_name") == "median":
                 case.median = b
+    tags = source_tags([source for source, _ in docs])
+    for case in cases.values():
+        case.tag = tags[case.source]
     return list(cases.values())
 
 
@@ -88,7 +112,9 @@ def _save(fig, out_dir, name):
 def _per_workload(data):
     """One panel per workload, side by side: the figure and (axes, workload, its cases) per panel."""
     workloads = list(OrderedDict.fromkeys(c.workload for c in data))
-    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 3.8), squeeze=False)
+    most = max(sum(1 for c in data if c.workload == w) for w in workloads)
+    width = max(4.5, 0.3 * most)  # room for each bar's label when several files fill a panel
+    fig, axes = plt.subplots(1, len(workloads), figsize=(width * len(workloads), 3.8), squeeze=False)
     return fig, [(ax, w, [c for c in data if c.workload == w]) for ax, w in zip(axes[0], workloads)]
 
 
@@ -98,12 +124,14 @@ def chart_throughput(cases, out_dir):
         return None
     fig, panels = _per_workload(data)
     for ax, w, rows in panels:
-        labels = [f"{c.strategy}\nworld {c.world}" for c in rows]
+        upright = len(rows) > 6  # many bars: one-line labels, turned upright
+        sep = " " if upright else "\n"
+        labels = [f"{c.strategy}{sep}world {c.world}" + (f"{sep}{c.tag}" if c.tag else "") for c in rows]
         meds = [stats.median(c.throughputs) for c in rows]
         lo = [m - min(c.throughputs) for m, c in zip(meds, rows)]
         hi = [max(c.throughputs) - m for m, c in zip(meds, rows)]
         ax.bar(range(len(rows)), meds, yerr=[lo, hi], capsize=4, color="#4c72b0")
-        ax.set_xticks(range(len(rows)), labels, fontsize=8)
+        ax.set_xticks(range(len(rows)), labels, fontsize=8, rotation=90 if upright else 0)
         ax.set_title(w)
         ax.set_ylabel("samples/s (median, min..max)")
     fig.suptitle("Throughput per strategy")
@@ -142,7 +170,7 @@ def chart_memory(cases, out_dir):
             v = mem[d]["peak_allocated_bytes"] if d < len(mem) else None
             vals.append((v or 0) / 2 ** 20)
         ax.bar([i + d * width for i in range(len(data))], vals, width, label=f"device {d}")
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(data))], [c.name for c in data], rotation=30,
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(data))], [_label(c) for c in data], rotation=30,
                   ha="right", fontsize=8)
     ax.set_ylabel("peak allocated (MiB)")
     ax.set_title("Memory per device (device 0 first)")
@@ -164,7 +192,7 @@ def chart_phases(cases, out_dir):
             continue
         ax.barh(range(len(data)), vals, left=left, label=phase)
         left = [l + v for l, v in zip(left, vals)]
-    ax.set_yticks(range(len(data)), [c.name for c in data], fontsize=8)
+    ax.set_yticks(range(len(data)), [_label(c) for c in data], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("% of the step (median phase times)")
     ax.set_title("Where a step's time goes")
@@ -183,7 +211,8 @@ def chart_loss(cases, out_dir):
         for c in rows:
             curve = c.iterations[0]["ddpbench"]["loss_curve"]
             pts = [(s, l) for s, l in zip(curve["samples_seen"], curve["loss"]) if l is not None]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=f"{c.strategy} world {c.world}")
+            tag = f" [{c.tag}]" if c.tag else ""
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=f"{c.strategy} world {c.world}{tag}")
         ax.set_title(w)
         ax.set_xlabel("samples seen")
         ax.set_ylabel("training loss")
@@ -198,7 +227,7 @@ def chart_step_times(cases, out_dir):
         return None
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(data) + 2), 4))
     ax.boxplot([c.step_times for c in data])
-    ax.set_xticks(range(1, len(data) + 1), [c.name for c in data], rotation=30, ha="right", fontsize=8)
+    ax.set_xticks(range(1, len(data) + 1), [_label(c) for c in data], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("step time (ms)")
     ax.set_title("Step-time distributions (every measured step)")
     return _save(fig, out_dir, "step_times.png")

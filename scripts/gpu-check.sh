@@ -6,8 +6,8 @@
 # one log per step, the JSON files and the report; the last lines printed are a summary.
 # Usage: scripts/gpu-check.sh OUTDIR [STEP...]   STEP: env build ctest runs report (default: all)
 # Environment: GPU_CHECK_CTEST_TIMEOUT (seconds for the whole ctest, default 300),
-#   GPU_CHECK_RUN_TIMEOUT (seconds for each run, default 180), GPU_CHECK_RUN_FLAGS (extra ddpbench
-#   flags for the runs, default none).
+#   GPU_CHECK_RUN_TIMEOUT (seconds for each run, default 180), GPU_CHECK_DTYPES (the runs' dtypes,
+#   default "fp32 bf16 fp16"), GPU_CHECK_RUN_FLAGS (extra ddpbench flags for the runs, default none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: scripts/gpu-check.sh OUTDIR [STEP...]}"
@@ -51,7 +51,7 @@ if has ctest; then
 fi
 
 if has runs; then
-  for dtype in fp32 bf16 fp16; do
+  for dtype in ${GPU_CHECK_DTYPES:-fp32 bf16 fp16}; do
     started=$(date +%s)
     # shellcheck disable=SC2086
     timeout "${GPU_CHECK_RUN_TIMEOUT:-180}" ./build-gpu/ddpbench --strategy all --workload all --dtype "$dtype" --json "$out/all-workloads-$dtype.json" \

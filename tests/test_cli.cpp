@@ -209,6 +209,7 @@ TEST(Cli, JsonHoldsTheContractsValues) {
   std::map<std::string, int> by_type;
   for (const auto& b : doc["benchmarks"]) {
     const auto& d = b["ddpbench"];
+    EXPECT_EQ(d["parity"]["dtype"], "fp64") << "fp32 runs check parity in float64";
     if (d["strategy"] == "ddp") {
       // Every rank's figures are gathered into rank 0's record, with the all-reduce's.
       EXPECT_EQ(d["status"], "ok") << d["reason"];
@@ -252,6 +253,7 @@ TEST(Cli, Bf16RunSaysItsDtypeAndReadsItsTflopsAgainstTheGivenPeak) {
     const auto& d = b["ddpbench"];
     ASSERT_EQ(d["status"], "ok") << d["reason"];
     EXPECT_TRUE(d["parity"]["within_tolerance"].get<bool>()) << d["parity"];
+    EXPECT_EQ(d["parity"]["dtype"], "bf16") << "the autocast path itself is what bf16 parity checks";
     const auto& compute = d["compute"];
     const double flops_per_sample = d["workload_facts"]["flops_per_sample"].get<double>();
     EXPECT_DOUBLE_EQ(compute["flops_per_step"].get<double>(), 8 * flops_per_sample);

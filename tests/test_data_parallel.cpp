@@ -136,7 +136,10 @@ TEST_P(DataParallelParity, MatchesSingleWithinTolerance) {
     EXPECT_EQ(c.spec.world_size, GetParam().world);
     ASSERT_TRUE(c.parity.has_value());
     EXPECT_EQ(c.status, CaseStatus::Ok) << c.reason;
-    EXPECT_LE(c.parity->max_rel_param_diff, 1e-5);
+    // In float64: fp32 parity of ReLU models can flip an activation at a kink between batch splits
+    // (seen with MKL's AVX-512 kernels on wide-logits at world 3: 6.3e-4), which says nothing of dp.
+    EXPECT_EQ(c.parity->dtype, "fp64");
+    EXPECT_LE(c.parity->max_rel_param_diff, 1e-9);
     EXPECT_EQ(c.parity->steps, 3);
   }
 }

@@ -234,6 +234,7 @@ TEST_P(HogwildRun, LossFallsOnMlpAgainstSingleAtEqualSamples) {
   EXPECT_EQ(f["async"]["updates"], 80);
   EXPECT_LE(f["async"]["staleness"]["max"].get<int>(), 1);
   EXPECT_EQ(f["parity"]["compared_by"], "loss");
+  EXPECT_EQ(f["parity"]["dtype"], "fp32");  // as measured: compared by loss, so not in float64
   EXPECT_EQ(f["loss_vs_single"]["samples_seen"], 40 * 16);
   EXPECT_GT(f["loss_vs_single"]["ratio"].get<double>(), 0.0);
   if (GetParam() == "processes") {

@@ -38,7 +38,7 @@ TEST(Precision, DefaultParityToleranceFollowsTheDtypeAndAGivenOneWins) {
     args.insert(args.end(), extra.begin(), extra.end());
     return parse_command_line(args).runner;
   };
-  EXPECT_DOUBLE_EQ(parse({}).parity_tolerance, 1e-5);
+  EXPECT_DOUBLE_EQ(parse({}).parity_tolerance, 1e-9);  // fp32 runs check parity in float64
   EXPECT_DOUBLE_EQ(parse({"--dtype", "bf16"}).parity_tolerance, 1e-2);
   EXPECT_DOUBLE_EQ(parse({"--dtype", "fp16"}).parity_tolerance, 1e-3);
   EXPECT_DOUBLE_EQ(parse({"--dtype", "bf16", "--parity-tolerance", "0.02"}).parity_tolerance, 0.02);

@@ -2,6 +2,8 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <map>
+
 #include "workloads/workload.h"
 
 namespace ddpbench {
@@ -76,6 +78,26 @@ TEST_P(EveryWorkload, CloneCopiesParametersAndBuffers) {
   }
   for (const auto& entry : pa) {
     EXPECT_TRUE(torch::equal(entry.value() + 1, pb[entry.key()])) << entry.key() << ": the original is untouched";
+  }
+}
+
+TEST_P(EveryWorkload, Float64ConversionLeavesIntegerBuffersAndCloneKeepsEveryType) {
+  torch::manual_seed(5);
+  auto model = workload().make_model();
+  std::map<std::string, c10::ScalarType> before;
+  for (const auto& b : model->named_buffers()) before[b.key()] = b.value().scalar_type();
+  set_floating_dtype(*model, torch::kFloat64);
+  for (const auto& p : model->named_parameters()) EXPECT_EQ(p.value().scalar_type(), torch::kFloat64) << p.key();
+  for (const auto& b : model->named_buffers()) {
+    const auto expected = c10::isFloatingType(before[b.key()]) ? torch::kFloat64 : before[b.key()];
+    EXPECT_EQ(b.value().scalar_type(), expected) << b.key() << ": integer buffers stay integer";
+  }
+  auto copy = clone_model(*model, torch::kCPU);
+  for (const auto& p : copy->named_parameters()) EXPECT_EQ(p.value().scalar_type(), torch::kFloat64) << p.key();
+  const auto originals = model->named_buffers();
+  for (const auto& b : copy->named_buffers()) {
+    EXPECT_EQ(b.value().scalar_type(), originals[b.key()].scalar_type()) << b.key();
+    EXPECT_TRUE(torch::equal(b.value(), originals[b.key()])) << b.key();
   }
 }
 

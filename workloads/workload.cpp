@@ -25,11 +25,23 @@ void copy_by_name(const torch::OrderedDict<std::string, torch::Tensor>& from,
       throw std::logic_error("clone of model '" + model + "': " + what + " '" + entry.key() +
                              "' is missing or has another shape in a fresh instance");
     }
+    // Each tensor in its original's type (float64 in the parity pass; integer buffers stay integer).
+    if (target->scalar_type() != entry.value().scalar_type()) target->set_data(target->to(entry.value().scalar_type()));
     target->copy_(entry.value());
   }
 }
 
 }  // namespace
+
+void set_floating_dtype(torch::nn::Module& model, c10::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  for (auto& t : model.parameters()) {
+    if (t.is_floating_point() && t.scalar_type() != dtype) t.set_data(t.to(dtype));
+  }
+  for (auto& t : model.buffers()) {
+    if (t.is_floating_point() && t.scalar_type() != dtype) t.set_data(t.to(dtype));
+  }
+}
 
 ModelPtr clone_model(const WorkloadModel& model, const c10::Device& device) {
   torch::NoGradGuard no_grad;
@@ -50,11 +62,12 @@ std::unique_ptr<torch::optim::Optimizer> Workload::make_optimizer(std::vector<to
 }
 
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
-  // The loss in fp32 whatever the logits' type: under --dtype bf16/fp16 the softmax over many
-  // classes would lose the small probabilities, whichever autocast op lists this LibTorch has.
+  // The loss in fp32 at least, whatever the logits' type: under --dtype bf16/fp16 the softmax over
+  // many classes would lose the small probabilities, whichever autocast op lists this LibTorch has.
+  // float64 logits (the parity pass under fp32) stay float64.
   const auto flat = logits.reshape({-1, logits.size(-1)});
-  return torch::nn::functional::cross_entropy(flat.scalar_type() == torch::kFloat ? flat : flat.to(torch::kFloat),
-                                              targets.reshape({-1}));
+  const bool wide_enough = flat.scalar_type() == torch::kFloat || flat.scalar_type() == torch::kDouble;
+  return torch::nn::functional::cross_entropy(wide_enough ? flat : flat.to(torch::kFloat), targets.reshape({-1}));
 }
 
 torch::Tensor Workload::loss(const torch::Tensor& output, const torch::Tensor& target) const {

@@ -35,9 +35,13 @@ class DefaultConstructedModel : public WorkloadModel {
 };
 
 // A deep copy of `model` on `device`: a fresh instance moved there, every parameter and buffer
-// copied by name (no autograd history), training mode kept. Throws std::logic_error when the fresh
-// instance does not have the same parameters and buffers.
+// copied by name in its original's type (no autograd history), training mode kept. Throws
+// std::logic_error when the fresh instance does not have the same parameters and buffers.
 ModelPtr clone_model(const WorkloadModel& model, const c10::Device& device);
+
+// Converts the floating-point parameters and buffers of `model` to `dtype` in place; integer
+// buffers (BatchNorm's num_batches_tracked) stay as they are, which Module::to(dtype) does not do.
+void set_floating_dtype(torch::nn::Module& model, c10::ScalarType dtype);
 
 // A dataset held in memory: row i of `inputs` and of `targets` is sample i.
 struct Dataset {

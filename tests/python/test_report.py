@@ -35,6 +35,17 @@ def test_writes_every_chart_and_a_page_that_embeds_them(tmp_path):
     assert "Parity with single" in page and "Verdict per workload" in page
 
 
+def test_cases_of_several_files_carry_what_tells_their_files_apart():
+    assert report.source_tags(["all-h100-fp32.json", "all-h100-bf16.json", "all-h100-fp16.json"]) == {
+        "all-h100-fp32.json": "fp32", "all-h100-bf16.json": "bf16", "all-h100-fp16.json": "fp16"}
+    assert report.source_tags(["run.json"]) == {"run.json": ""}  # one file: labels as they were
+    # A name that is all prefix of another keeps its whole name rather than an empty tag.
+    assert report.source_tags(["a.json", "ab.json"]) == {"a.json": "a.json", "ab.json": "b"}
+    docs = [(os.path.basename(p), json.load(open(p))) for p in (WORLD2, WORLD3)]
+    tags = {c.tag for c in report.collect_cases(docs)}
+    assert tags == {"2", "3"}
+
+
 def test_page_shows_ddpbenchs_own_explanation(tmp_path):
     doc = json.load(open(WORLD2))
     doc["ddpbench"] = {"why": [{"workload": "mlp", "fastest": "mlp/dp/world:2",
