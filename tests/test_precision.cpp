@@ -1,6 +1,8 @@
 // --dtype's machinery: autocast scopes on the CPU (bf16, the one CPU autocast type) and fp16's
 // loss scaling, on real LibTorch tensors and optimizers.
 #include <gtest/gtest.h>
+#include <torch/nn/functional/conv.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
@@ -88,28 +90,31 @@ TEST(AutocastScope, IsThreadLocal) {
 TEST(AutocastScope, AWeightChangedBetweenScopesIsCastAgain) {
   // Autocast caches the low-precision copy of a weight (a leaf that requires grad) within a scope;
   // the cache must go when the scope ends, or the next step's forward would use the weight before
-  // the optimizer step. LibTorch 1.x caches fp16 casts only, which CPU autocast never makes, so
-  // there this test could not fail: it runs where CPU bf16 casts are cached (2.x, the wheel build).
+  // the optimizer step. A Conv2d, not a Linear: LibTorch's C++ Linear multiplies by weight.t(), a
+  // view, which autocast never caches. LibTorch 1.x caches fp16 casts only, which CPU autocast never
+  // makes, so there this test could not fail: it runs where CPU bf16 casts are cached (2.x).
   if (compat::torch_version().rfind("1.", 0) == 0) {
     GTEST_SKIP() << "LibTorch " << compat::torch_version() << " caches no CPU bf16 casts";
   }
-  torch::nn::Linear linear(16, 4);
-  const auto x = torch::randn({8, 16});
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(3, 4, 3));
+  const auto x = torch::randn({2, 3, 8, 8});
   torch::Tensor before, after, expected;
   {
     AutocastScope scope(Precision::Bf16, kCpu);
-    before = linear->forward(x);
+    before = conv->forward(x);
   }
   {
     torch::NoGradGuard no_grad;
-    linear->weight.add_(1.0);
+    conv->weight.add_(1.0);
   }
   {
     AutocastScope scope(Precision::Bf16, kCpu);
-    after = linear->forward(x);
+    after = conv->forward(x);
   }
-  expected = torch::nn::functional::linear(x.to(torch::kBFloat16), linear->weight.detach().to(torch::kBFloat16),
-                                           linear->bias.detach().to(torch::kBFloat16));
+  expected = torch::nn::functional::conv2d(x.to(torch::kBFloat16),
+                                           conv->weight.detach().to(torch::kBFloat16),
+                                           torch::nn::functional::Conv2dFuncOptions().bias(
+                                               conv->bias.detach().to(torch::kBFloat16)));
   EXPECT_FALSE(torch::equal(before, after));
   EXPECT_TRUE(torch::equal(after, expected)) << "the forward used a stale cast of the weight";
 }
