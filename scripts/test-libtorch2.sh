@@ -48,10 +48,37 @@ remove_root() {
   [ -z "$(mounts_under "$dir")" ] || die "$dir still has mounts inside; not removing it"
   rm -rf --one-file-system "$dir"
 }
-cleanup() { unmount_under "$root"; unmount_under "$root.partial"; }
+# What runs inside the root runs in a session of its own (started by run_in_session): a signal to
+# this script ends that whole session at once, then the mounts go. (A trap does not run
+# while bash waits for a foreground child, so the child is waited for in the background.)
+inner=""
+end_inner() {  # every process of the inner session: ddpbench's ranks run in process groups of their own
+  [ -n "$inner" ] || return 0
+  pkill -TERM -s "$inner" 2>/dev/null
+  for _ in $(seq 50); do pgrep -s "$inner" >/dev/null 2>&1 || break; sleep 0.1; done
+  pkill -KILL -s "$inner" 2>/dev/null
+  wait "$inner" 2>/dev/null
+  inner=""
+}
+cleanup() {
+  set +e  # the way out runs to its end: a pkill that finds nothing must not skip the unmounts
+  end_inner
+  unmount_under "$root"
+  unmount_under "$root.partial"
+}
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+run_in_session() {  # run_in_session COMMAND...: its exit status, interruptible by INT/TERM
+  # A background job of a non-interactive shell leads no process group, so setsid makes the new
+  # session in that very process: its pid is the session id that end_inner ends.
+  setsid "$@" &
+  inner=$!
+  local status=0
+  wait "$inner" || status=$?
+  inner=""
+  return $status
+}
 
 mount_into() {  # mount_into ROOT: what the suite needs from the host, and this checkout
   local r="$1"
@@ -71,12 +98,16 @@ mount_into() {  # mount_into ROOT: what the suite needs from the host, and this 
     mount -o remount,bind,ro "$r/usr/local/cuda"
   fi
 }
-in_root() {  # in_root ROOT COMMAND...: a clean environment, but for what the suite reads
-  local r="$1"
+root_argv() {  # root_argv ROOT: sets `argv` to chroot ROOT in a clean environment, but for what the suite reads
+  argv=(chroot "$1" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+        LANG=C.UTF-8 TERM="${TERM:-dumb}" CI="${CI:-}" DDPBENCH_PRESET="${DDPBENCH_PRESET:-}"
+        DEBIAN_FRONTEND=noninteractive)
+}
+in_root() {  # in_root ROOT COMMAND...
+  local argv
+  root_argv "$1"
   shift
-  chroot "$r" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    LANG=C.UTF-8 TERM="${TERM:-dumb}" CI="${CI:-}" DDPBENCH_PRESET="${DDPBENCH_PRESET:-}" \
-    DEBIAN_FRONTEND=noninteractive "$@"
+  "${argv[@]}" "$@"
 }
 install_packages() {  # install_packages ROOT
   local r="$1"
@@ -129,5 +160,6 @@ if [ $# -eq 0 ]; then
   set -- env DDPBENCH_BUILD_DIR=build-libtorch2 ./scripts/test.sh
 fi
 status=0
-in_root "$root" /bin/bash -c 'cd "$0" && exec "$@"' "$repo" "$@" || status=$?
+root_argv "$root"
+run_in_session "${argv[@]}" /bin/bash -c 'cd "$0" && exec "$@"' "$repo" "$@" || status=$?
 exit $status
