@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <stdexcept>
 
@@ -29,6 +30,36 @@ std::string base_of(const std::string& path) {
   throw std::runtime_error(what + " '" + path + "': " + std::strerror(errno));
 }
 
+// The temporary file beside the target: "." + name + ".tmp." + pid (pids have at most 7 digits).
+std::string temporary_name(const std::string& path) {
+  return directory_of(path) + "/." + base_of(path) + ".tmp." + std::to_string(::getpid());
+}
+constexpr std::size_t kTemporaryNameExtra = 1 + 5 + 7;
+
+// Why nothing must replace what is at `path` (empty when it is absent or a regular file), and the
+// permission bits a replacement gets: the file's own, else 0644 under the umask.
+struct ExistingTarget {
+  std::string refusal;
+  bool exists = false;
+  mode_t mode = 0;
+};
+
+ExistingTarget inspect_target(const std::string& path) {
+  ExistingTarget t;
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0) return t;
+  t.exists = true;
+  t.mode = st.st_mode & 07777;
+  if (S_ISLNK(st.st_mode)) {
+    t.refusal = "is a symbolic link (ddpbench replaces regular files only: name the link's target)";
+  } else if (S_ISDIR(st.st_mode)) {
+    t.refusal = "is a directory";
+  } else if (!S_ISREG(st.st_mode)) {
+    t.refusal = "is not a regular file but a device, FIFO or socket (ddpbench replaces regular files only)";
+  }
+  return t;
+}
+
 void write_all(int fd, const std::string& contents, const std::string& path) {
   const char* p = contents.data();
   size_t left = contents.size();
@@ -48,7 +79,13 @@ void write_all(int fd, const std::string& contents, const std::string& path) {
 
 void write_file_atomically(const std::string& path, const std::string& contents) {
   const std::string dir = directory_of(path);
-  const std::string temp = dir + "/." + base_of(path) + ".tmp." + std::to_string(::getpid());
+  const std::string temp = temporary_name(path);
+  const ExistingTarget target = inspect_target(path);
+  if (!target.refusal.empty()) throw std::runtime_error("not replacing '" + path + "': it " + target.refusal);
+  // The replaced file's permission bits, not the umask's: a 0600 results file stays 0600.
+  const auto keep_mode = [&](int fd) {
+    if (target.exists && ::fchmod(fd, target.mode) != 0) fail("cannot set the mode of the file replacing", path);
+  };
 
   int fd = -1;
 #ifdef O_TMPFILE
@@ -56,6 +93,7 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
   if (fd >= 0) {
     try {
+      keep_mode(fd);
       write_all(fd, contents, path);
     } catch (...) {
       ::close(fd);
@@ -80,6 +118,7 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot create", temp);
   try {
+    keep_mode(fd);
     write_all(fd, contents, path);
   } catch (...) {
     ::close(fd);
@@ -97,14 +136,29 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 
 void check_writable_output(const std::string& flag, const std::string& path) {
   if (path.empty()) throw UsageError(flag + ": empty path");
-  struct stat st{};
-  if (::stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) throw UsageError(flag + ": '" + path + "' is a directory");
-    if (::access(path.c_str(), W_OK) != 0) throw UsageError(flag + ": '" + path + "' is not writable");
+  if (base_of(path).empty()) throw UsageError(flag + ": '" + path + "' names a directory, not a file");
+  const ExistingTarget target = inspect_target(path);
+  if (!target.refusal.empty()) throw UsageError(flag + ": '" + path + "' " + target.refusal);
+  // root may write anything, so the mode bits say what the file's owner meant: no write bit at all
+  // is a file that must not be replaced.
+  if (target.exists && ((target.mode & 0222) == 0 || ::access(path.c_str(), W_OK) != 0)) {
+    throw UsageError(flag + ": '" + path + "' is read-only; ddpbench does not replace it");
   }
   const std::string dir = directory_of(path);
+  struct stat st{};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     throw UsageError(flag + ": directory '" + dir + "' of '" + path + "' does not exist");
+  }
+  long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  if (name_max <= 0) name_max = 255;
+  const std::size_t longest = static_cast<std::size_t>(name_max) - kTemporaryNameExtra;
+  if (base_of(path).size() > longest) {
+    throw UsageError(flag + ": the file name of '" + path + "' is " + std::to_string(base_of(path).size()) +
+                     " characters long; at most " + std::to_string(longest) +
+                     " fit here (with the temporary file written beside it)");
+  }
+  if (temporary_name(path).size() >= PATH_MAX) {
+    throw UsageError(flag + ": '" + path + "' is longer than this system's paths may be");
   }
   // access() says yes to root even where nothing can be created (a read-only mount, /proc), so
   // ask the filesystem: create an unnamed file, or a named one that is removed at once.

@@ -6,12 +6,16 @@
 
 namespace ddpbench {
 
+// Only regular files are replaced, and a replaced file keeps its permission bits: a symbolic link,
+// a device, a FIFO or a socket at `path` is refused (rename(2) never writes through a link, but it
+// would replace the link, or /dev/null, with a plain file).
 // Throws std::runtime_error naming the path on any failure; the target is then untouched.
 void write_file_atomically(const std::string& path, const std::string& contents);
 
-// Checks, without creating anything that stays, that `path` can be written atomically: its
-// directory exists and is writable, and the path is not a directory. Throws UsageError naming
-// `flag` and the path.
+// Checks, without creating anything that stays, that `path` can be written atomically: nothing is
+// there or a regular file that is not read-only, its directory exists and accepts new files, and
+// its name (and the temporary name beside it) fits the filesystem's limits. Throws UsageError
+// naming `flag` and the path.
 void check_writable_output(const std::string& flag, const std::string& path);
 
 }  // namespace ddpbench

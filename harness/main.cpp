@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "harness/atomic_file.h"
 #include "harness/cli.h"
 #include "harness/errors.h"
 #include "harness/json_report.h"
+#include "harness/output_paths.h"
 #include "harness/process_group.h"
 #include "harness/progress.h"
 #include "harness/rank_env.h"
@@ -87,11 +87,21 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
     }
   };
 
+  // A torchrun/Slurm rank claims what it will write itself, before joining: rank 0 the JSON and the
+  // checkpoint, every rank its trace file. A rank started by ddpbench's launcher claims nothing:
+  // the launching process holds those claims for the whole run.
+  OutputClaims outputs;
+  if (task_text == nullptr) {
+    if (env.rank == 0 && cmd.json_path) outputs.claim("--json", *cmd.json_path);
+    if (cmd.trace_dir) outputs.claim("--trace", *cmd.trace_dir + "/" + TraceRecorder::file_name(env.rank));
+    if (env.rank == 0 && !cmd.runner.strategy.ddp.checkpoint_path.empty()) {
+      outputs.claim("--checkpoint", cmd.runner.strategy.ddp.checkpoint_path);
+    }
+  }
   group = ProcessGroupContext::join(env, devices.kind(), timeout);
   RunnerOptions options = cmd.runner;
   std::optional<TraceRecorder> trace;
   if (cmd.trace_dir && task_text == nullptr) {  // torchrun/Slurm ranks: one trace file each
-    check_writable_output("--trace", *cmd.trace_dir + "/" + TraceRecorder::file_name(env.rank));
     trace.emplace(env.rank, env.world_size);
     options.trace = &*trace;
   }
@@ -124,7 +134,6 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
   std::optional<TableSink> table;
   std::optional<ProgressSink> progress;
   if (env.rank == 0) {
-    if (cmd.json_path) check_writable_output("--json", *cmd.json_path);
     std::cout << "ddpbench: rank 0 of " << env.world_size << " (" << env.launcher << " launch, " << group->backend_name()
               << "), " << threads << " intra-op thread(s) per rank\n"
               << std::flush;
@@ -174,11 +183,24 @@ int run(const std::vector<std::string>& args) {
   if (cmd.runner.loader.pin_memory && !devices.is_cuda()) {
     throw UsageError("--pin-memory: needs --device cuda (pinned host memory only speeds host-to-GPU copies)");
   }
-  if (cmd.json_path) check_writable_output("--json", *cmd.json_path);
+  // Everything this run will write, claimed before anything is measured: the JSON, one trace file
+  // per rank it may run (ddp's ranks send theirs here), the checkpoint.
+  // Multi-process strategies run on ranks this process starts and watches, task by task.
+  std::vector<std::string> multi_process;
+  for (const auto& s : cmd.runner.strategies) {
+    if (StrategyRegistry::instance().get(s).multi_process) multi_process.push_back(s);
+  }
+  OutputClaims outputs;
+  if (cmd.json_path) outputs.claim("--json", *cmd.json_path);
+  if (cmd.trace_dir) {
+    for (int r = 0; r < (multi_process.empty() ? 1 : devices.size()); ++r) {
+      outputs.claim("--trace", *cmd.trace_dir + "/" + TraceRecorder::file_name(r));
+    }
+  }
+  if (!cmd.runner.strategy.ddp.checkpoint_path.empty()) outputs.claim("--checkpoint", cmd.runner.strategy.ddp.checkpoint_path);
   std::optional<TraceRecorder> trace;
   RunnerOptions options = cmd.runner;
   if (cmd.trace_dir) {
-    check_writable_output("--trace", *cmd.trace_dir + "/" + TraceRecorder::file_name(0));
     trace.emplace(/*rank=*/0, /*world_size=*/1);
     options.trace = &*trace;
   }
@@ -187,11 +209,6 @@ int run(const std::vector<std::string>& args) {
   Runner runner(options, devices, collect_run_context(args));
   runner.validate();
 
-  // Multi-process strategies run on ranks this process starts and watches, task by task.
-  std::vector<std::string> multi_process;
-  for (const auto& s : cmd.runner.strategies) {
-    if (StrategyRegistry::instance().get(s).multi_process) multi_process.push_back(s);
-  }
   std::optional<RankLauncher> launcher;
   if (!multi_process.empty()) {
     RankLaunchOptions launch;

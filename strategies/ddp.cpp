@@ -6,9 +6,9 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/serialize/output-archive.h>
 
-#include <cstdio>
-#include <unistd.h>
+#include <sstream>
 
+#include "harness/atomic_file.h"
 #include "harness/process_group.h"
 #include "harness/strategy.h"
 #include "harness/torch_compat.h"
@@ -39,15 +39,17 @@ struct AllReduceSum : torch::autograd::Function<AllReduceSum> {
   }
 };
 
-// Rank 0 writes the plain model (SyncBatchNorm layers keep BatchNorm's names), atomically.
+// Rank 0 writes the plain model (SyncBatchNorm layers keep BatchNorm's names), atomically and only
+// over a regular file (the path was claimed before the run: harness/output_paths.h).
 void save_checkpoint(torch::nn::Module& model, const std::string& path) {
   torch::serialize::OutputArchive archive;
   model.save(archive);
-  const std::string partial = path + ".partial." + std::to_string(getpid());
-  archive.save_to(partial);
-  if (std::rename(partial.c_str(), path.c_str()) != 0) {
-    std::remove(partial.c_str());
-    throw CaseFailure("--checkpoint: cannot write " + path);
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  try {
+    write_file_atomically(path, bytes.str());
+  } catch (const std::exception& e) {
+    throw CaseFailure(std::string("--checkpoint: ") + e.what());
   }
 }
 

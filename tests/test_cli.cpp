@@ -1,8 +1,12 @@
 // The ddpbench executable end to end: bad input, --list, the JSON contract, a killed run.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <vector>
 
 #include "test_support.h"
 
@@ -361,21 +365,99 @@ TEST(Cli, KilledRunLeavesNoTruncatedJson) {
   }
 }
 
+// Bad output paths are found before anything is measured: exit 2, one line naming the flag,
+// nothing measured (no case in the table), and what was at the path is as it was.
+void expect_refused_before_measuring(const testing::ProcessResult& r, const std::string& flag) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(flag + ": "), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("/world:"), std::string::npos) << "measured before refusing:\n" << r.out;
+}
+
+TEST(Cli, OutputsThatAreNotWritableRegularFilesAreRefusedUntouched) {
+  ScratchDir dir;
+  const auto fifo = dir.file("fifo"), link = dir.file("link"), linked = dir.file("linked.json");
+  const auto read_only = dir.file("read-only.json"), device = dir.file("null");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  std::ofstream(linked) << "the link's target";
+  ASSERT_EQ(::symlink("linked.json", link.c_str()), 0);
+  std::ofstream(read_only) << "keep me";
+  ASSERT_EQ(::chmod(read_only.c_str(), 0444), 0);
+  std::vector<std::string> refused{fifo, link, read_only, "-", dir.file(std::string(245, 'x') + ".json")};
+  if (::geteuid() == 0 && ::mknod(device.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) refused.push_back(device);
+  for (const auto& path : refused) {
+    SCOPED_TRACE(path);
+    expect_refused_before_measuring(run_process(tiny_run(path, {"--strategy", "single"})), "--json");
+  }
+  struct stat st{};
+  EXPECT_TRUE(::lstat(fifo.c_str(), &st) == 0 && S_ISFIFO(st.st_mode));
+  EXPECT_TRUE(::lstat(link.c_str(), &st) == 0 && S_ISLNK(st.st_mode));
+  EXPECT_EQ(read_text(linked), "the link's target");
+  EXPECT_EQ(read_text(read_only), "keep me");
+  if (refused.back() == device) {
+    EXPECT_TRUE(::lstat(device.c_str(), &st) == 0 && S_ISCHR(st.st_mode));
+  }
+}
+
+TEST(Cli, CheckpointPathsAreCheckedBeforeMeasuring) {
+  ScratchDir dir;
+  for (const auto& path : {dir.path(), dir.file("missing/model.pt")}) {
+    SCOPED_TRACE(path);
+    expect_refused_before_measuring(run_process(tiny_run(dir.file("r.json"), {"--strategy", "ddp", "--checkpoint", path})),
+                                    "--checkpoint");
+  }
+  EXPECT_FALSE(path_exists(dir.file("r.json")));
+}
+
+TEST(Cli, TwoOutputsOfOneRunMayNotBeOneFile) {
+  ScratchDir dir;
+  const auto same = dir.file("same.json");
+  expect_refused_before_measuring(
+      run_process(tiny_run(same, {"--strategy", "single,ddp", "--checkpoint", dir.file("./same.json")})), "--checkpoint");
+  // The trace of rank 0 is DIR/ddpbench-rank0.json; rank 1's too when ddp runs on two ranks.
+  expect_refused_before_measuring(
+      run_process(tiny_run(dir.file("ddpbench-rank1.json"), {"--strategy", "single,ddp", "--trace", dir.path()})),
+      "--trace");
+  EXPECT_TRUE(directory_entries(dir.path()).empty());
+}
+
+TEST(Cli, AReplacedResultsFileKeepsItsMode) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  std::ofstream(path) << "previous results";
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  const auto r = run_process(tiny_run(path, {"--strategy", "single"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  struct stat st{};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_NE(read_text(path).find("\"benchmarks\""), std::string::npos);
+}
+
+TEST(Cli, ASecondLiveRunMayNotWriteTheSameJson) {
+  ScratchDir dir;
+  const auto path = dir.file("results.json");
+  const pid_t first = testing::start_process(ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", "single",
+                                                           "--workload", "mlp", "--steps", "20", "--repetitions", "100",
+                                                           "--batch", "16", "--json", path}));
+  for (int i = 0; i < 600 && !path_exists(path); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto second = run_process(tiny_run(dir.file("./results.json"), {"--strategy", "single"}));
+  ::kill(first, SIGKILL);
+  ::waitpid(first, nullptr, 0);
+  expect_refused_before_measuring(second, "--json");
+  EXPECT_NE(second.err.find("another ddpbench run"), std::string::npos) << second.err;
+  // The first run's lock went with it: nothing stays behind to block the next run.
+  const auto third = run_process(tiny_run(path, {"--strategy", "single"}));
+  EXPECT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_EQ(directory_entries(dir.path()), std::vector<std::string>{"results.json"});
+}
+
 TEST(Cli, InterruptKeepsMeasuredRepetitions) {
   ScratchDir dir;
   const auto path = dir.file("results.json");
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    auto args = ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", "single", "--workload", "mlp", "--steps", "20",
-                               "--repetitions", "100", "--batch", "16", "--json", path});
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const int null = ::open("/dev/null", O_WRONLY);
-    ::dup2(null, 1);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
+  const pid_t pid = testing::start_process(ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", "single",
+                                                         "--workload", "mlp", "--steps", "20", "--repetitions", "100",
+                                                         "--batch", "16", "--json", path}));
   // Wait until some repetitions are in the file, then interrupt.
   for (int i = 0; i < 600; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

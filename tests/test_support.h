@@ -154,6 +154,22 @@ inline ProcessResult run_process(const std::vector<std::string>& args, int kill_
   return r;
 }
 
+// fork+exec of `args` (no shell) in the background, stdout to /dev/null, stderr inherited: the
+// caller signals and reaps the returned pid.
+inline pid_t start_process(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
 // Processes whose environment carries `marker` (NAME=VALUE): what a run left behind.
 inline std::vector<int> processes_with(const std::string& marker) {
   std::vector<int> found;
@@ -180,7 +196,12 @@ inline std::string marker_text(const std::pair<std::string, std::string>& marker
 }
 
 // The ddpbench binary built alongside the tests.
-inline std::string ddpbench_executable() { return DDPBENCH_EXECUTABLE; }
+// The binary the tests run: this build's, or DDPBENCH_TEST_EXECUTABLE's (another build's, to show
+// that a new test fails on the code before a fix).
+inline std::string ddpbench_executable() {
+  const char* other = std::getenv("DDPBENCH_TEST_EXECUTABLE");
+  return other != nullptr && *other != '\0' ? other : DDPBENCH_EXECUTABLE;
+}
 
 inline std::vector<std::string> ddpbench_args(std::vector<std::string> extra) {
   extra.insert(extra.begin(), ddpbench_executable());
