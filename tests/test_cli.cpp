@@ -365,6 +365,13 @@ TEST(Cli, KilledRunLeavesNoTruncatedJson) {
   }
 }
 
+// A run in the background, long enough to be signalled or contended while it writes `path`.
+pid_t start_long_run(const std::string& path) {
+  return testing::start_process(ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", "single", "--workload",
+                                               "mlp", "--steps", "20", "--repetitions", "100", "--batch", "16", "--json",
+                                               path}));
+}
+
 // Bad output paths are found before anything is measured: exit 2, one line naming the flag,
 // nothing measured (no case in the table), and what was at the path is as it was.
 void expect_refused_before_measuring(const testing::ProcessResult& r, const std::string& flag) {
@@ -437,9 +444,7 @@ TEST(Cli, AReplacedResultsFileKeepsItsMode) {
 TEST(Cli, ASecondLiveRunMayNotWriteTheSameJson) {
   ScratchDir dir;
   const auto path = dir.file("results.json");
-  const pid_t first = testing::start_process(ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", "single",
-                                                           "--workload", "mlp", "--steps", "20", "--repetitions", "100",
-                                                           "--batch", "16", "--json", path}));
+  const pid_t first = start_long_run(path);
   for (int i = 0; i < 600 && !path_exists(path); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const auto second = run_process(tiny_run(dir.file("./results.json"), {"--strategy", "single"}));
   ::kill(first, SIGKILL);
@@ -455,9 +460,7 @@ TEST(Cli, ASecondLiveRunMayNotWriteTheSameJson) {
 TEST(Cli, InterruptKeepsMeasuredRepetitions) {
   ScratchDir dir;
   const auto path = dir.file("results.json");
-  const pid_t pid = testing::start_process(ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", "single",
-                                                         "--workload", "mlp", "--steps", "20", "--repetitions", "100",
-                                                         "--batch", "16", "--json", path}));
+  const pid_t pid = start_long_run(path);
   // Wait until some repetitions are in the file, then interrupt.
   for (int i = 0; i < 600; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
