@@ -21,7 +21,9 @@ TEST(DeviceWorkers, RunsEveryDeviceConcurrentlyWithTheCallersGradMode) {
   DeviceWorkers workers(devices, 3);
   std::atomic<int> arrived{0};
   std::vector<int> charged(3, -1);
-  std::vector<bool> grad_mode(3, true);
+  // One byte per worker: std::vector<bool> packs its elements into shared words, so three workers
+  // writing their own element at the same moment race on one word (a write was lost on CI's load).
+  std::vector<char> grad_mode(3, true);
   torch::NoGradGuard no_grad;
   workers.run([&](int i) {
     // Every worker waits for all three: this only returns if they run at the same time.
@@ -33,7 +35,7 @@ TEST(DeviceWorkers, RunsEveryDeviceConcurrentlyWithTheCallersGradMode) {
   });
   EXPECT_EQ(arrived, 3);
   EXPECT_EQ(charged, (std::vector<int>{0, 1, 2}));
-  EXPECT_EQ(grad_mode, (std::vector<bool>{false, false, false}));
+  EXPECT_EQ(grad_mode, (std::vector<char>{false, false, false}));
 }
 
 TEST(DeviceWorkers, RethrowsAWorkersFailureAndStaysUsable) {
