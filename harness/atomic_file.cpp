@@ -12,7 +12,6 @@
 #include "harness/errors.h"
 
 namespace ddpbench {
-namespace {
 
 std::string directory_of(const std::string& path) {
   const auto slash = path.find_last_of('/');
@@ -25,6 +24,8 @@ std::string base_of(const std::string& path) {
   const auto slash = path.find_last_of('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
+
+namespace {
 
 [[noreturn]] void fail(const std::string& what, const std::string& path) {
   throw std::runtime_error(what + " '" + path + "': " + std::strerror(errno));

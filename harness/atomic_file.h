@@ -6,6 +6,11 @@
 
 namespace ddpbench {
 
+// The directory part of `path` ("." when it has none, "/" at the root) and its last component
+// (empty when the path ends with '/').
+std::string directory_of(const std::string& path);
+std::string base_of(const std::string& path);
+
 // Only regular files are replaced, and a replaced file keeps its permission bits: a symbolic link,
 // a device, a FIFO or a socket at `path` is refused (rename(2) never writes through a link, but it
 // would replace the link, or /dev/null, with a plain file).

@@ -197,7 +197,9 @@ int run(const std::vector<std::string>& args) {
       outputs.claim("--trace", *cmd.trace_dir + "/" + TraceRecorder::file_name(r));
     }
   }
-  if (!cmd.runner.strategy.ddp.checkpoint_path.empty()) outputs.claim("--checkpoint", cmd.runner.strategy.ddp.checkpoint_path);
+  if (const auto& checkpoint = cmd.runner.strategy.ddp.checkpoint_path; !checkpoint.empty()) {
+    outputs.claim("--checkpoint", checkpoint);
+  }
   std::optional<TraceRecorder> trace;
   RunnerOptions options = cmd.runner;
   if (cmd.trace_dir) {

@@ -43,13 +43,10 @@ int hold_lock(const std::string& identity) {
 }  // namespace
 
 std::string OutputClaims::identity(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   char resolved[PATH_MAX];
-  if (::realpath(dir.c_str(), resolved) == nullptr) return {};
+  if (::realpath(directory_of(path).c_str(), resolved) == nullptr) return {};
   const std::string canonical = resolved;
-  return (canonical == "/" ? "" : canonical) + "/" + base;
+  return (canonical == "/" ? "" : canonical) + "/" + base_of(path);
 }
 
 OutputClaims::~OutputClaims() {
@@ -59,7 +56,9 @@ OutputClaims::~OutputClaims() {
 }
 
 void OutputClaims::claim(const std::string& flag, const std::string& path) {
-  if (path == "-") throw UsageError(flag + ": '-' would be a file named '-'; name a file (standard output is the table)");
+  if (path == "-") {
+    throw UsageError(flag + ": '-' would be a file named '-'; name a file (standard output is the table)");
+  }
   check_writable_output(flag, path);
   Claim c{flag, path, identity(path), -1};
   for (const auto& earlier : claims_) {

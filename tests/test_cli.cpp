@@ -352,8 +352,9 @@ TEST(Cli, KilledRunLeavesNoTruncatedJson) {
   // Long enough to be killed mid-run; killed at different moments.
   for (int delay_ms : {150, 700, 1500}) {
     ::unlink(path.c_str());
-    const auto r = run_process(ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", "single", "--workload", "all",
-                                              "--steps", "50", "--repetitions", "3", "--batch", "16", "--json", path}),
+    const auto r = run_process(ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", "single", "--workload",
+                                              "all", "--steps", "50", "--repetitions", "3", "--batch", "16", "--json",
+                                              path}),
                                delay_ms);
     ASSERT_EQ(r.signal, SIGKILL) << "the run ended before it was killed; make it longer";
     if (!path_exists(path)) continue;  // killed before the first update: nothing written
@@ -367,9 +368,9 @@ TEST(Cli, KilledRunLeavesNoTruncatedJson) {
 
 // A run in the background, long enough to be signalled or contended while it writes `path`.
 pid_t start_long_run(const std::string& path) {
-  return testing::start_process(ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", "single", "--workload",
-                                               "mlp", "--steps", "20", "--repetitions", "100", "--batch", "16", "--json",
-                                               path}));
+  return testing::start_process(ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", "single",
+                                               "--workload", "mlp", "--steps", "20", "--repetitions", "100",
+                                               "--batch", "16", "--json", path}));
 }
 
 // Bad output paths are found before anything is measured: exit 2, one line naming the flag,
@@ -410,8 +411,8 @@ TEST(Cli, CheckpointPathsAreCheckedBeforeMeasuring) {
   ScratchDir dir;
   for (const auto& path : {dir.path(), dir.file("missing/model.pt")}) {
     SCOPED_TRACE(path);
-    expect_refused_before_measuring(run_process(tiny_run(dir.file("r.json"), {"--strategy", "ddp", "--checkpoint", path})),
-                                    "--checkpoint");
+    const auto r = run_process(tiny_run(dir.file("r.json"), {"--strategy", "ddp", "--checkpoint", path}));
+    expect_refused_before_measuring(r, "--checkpoint");
   }
   EXPECT_FALSE(path_exists(dir.file("r.json")));
 }
@@ -419,8 +420,9 @@ TEST(Cli, CheckpointPathsAreCheckedBeforeMeasuring) {
 TEST(Cli, TwoOutputsOfOneRunMayNotBeOneFile) {
   ScratchDir dir;
   const auto same = dir.file("same.json");
-  expect_refused_before_measuring(
-      run_process(tiny_run(same, {"--strategy", "single,ddp", "--checkpoint", dir.file("./same.json")})), "--checkpoint");
+  const auto one_file =
+      run_process(tiny_run(same, {"--strategy", "single,ddp", "--checkpoint", dir.file("./same.json")}));
+  expect_refused_before_measuring(one_file, "--checkpoint");
   // The trace of rank 0 is DIR/ddpbench-rank0.json; rank 1's too when ddp runs on two ranks.
   expect_refused_before_measuring(
       run_process(tiny_run(dir.file("ddpbench-rank1.json"), {"--strategy", "single,ddp", "--trace", dir.path()})),

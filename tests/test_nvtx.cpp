@@ -77,8 +77,8 @@ TEST_P(NvtxRanges, EveryStepHoldsItsNamedPhases) {
 #else
   ScratchDir dir;
   const std::string log = dir.file("nvtx.log");
-  const auto r = run_process(ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", GetParam().strategy, "--steps", "2",
-                                            "--warmup", "1", "--repetitions", "1", "--batch", "8",
+  const auto r = run_process(ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", GetParam().strategy,
+                                            "--steps", "2", "--warmup", "1", "--repetitions", "1", "--batch", "8",
                                             "--dataset-size", "16", "--no-json"}),
                              0, {{"NVTX_INJECTION64_PATH", DDPBENCH_NVTX_RECORDER}, {"DDPBENCH_NVTX_LOG", log}});
   ASSERT_EQ(r.exit_code, 0) << r.err;

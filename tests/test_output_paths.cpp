@@ -76,7 +76,8 @@ TEST(OutputClaims, AKilledHolderLeavesNoLock) {
   char byte = 0;
   ASSERT_EQ(::read(ready[0], &byte, 1), 1);
   OutputClaims mine;
-  EXPECT_NE(refusal(mine, "--json", path).find("another ddpbench run"), std::string::npos) << "not held across processes";
+  EXPECT_NE(refusal(mine, "--json", path).find("another ddpbench run"), std::string::npos)
+      << "not held across processes";
   ::kill(holder, SIGKILL);
   ::waitpid(holder, nullptr, 0);
   EXPECT_EQ(refusal(mine, "--json", path), "") << "a killed holder kept its lock";

@@ -43,7 +43,7 @@ inline std::string read_text(const std::string& path) {
 // Files and directories through POSIX calls, never std::filesystem: the PyTorch wheel's libtorch.so
 // exports its own copies of std::filesystem's functions, a program linked against it binds to those
 // (PyTorch issue #133437), and std::filesystem::remove_all jumped to address 0 there. The CTest
-// NoStdSymbolInterposedByLibTorch checks that no binary of ours imports such a symbol.
+// StdBindings.NoStdSymbolBoundToLibTorch checks that no binary of ours binds such a symbol there.
 inline bool path_exists(const std::string& path) {
   struct stat st {};
   return ::lstat(path.c_str(), &st) == 0;
@@ -98,6 +98,14 @@ class ScratchDir {
   std::string path_;
 };
 
+// execv's argument vector over `args` (which must outlive it; execv does not write to it).
+inline std::vector<char*> argv_of(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  return argv;
+}
+
 // fork+exec of `args` (no shell); stdout and stderr go to files in `scratch`, read back at the end.
 // If kill_after_ms > 0 the child is sent SIGKILL after that long (if still running). `env` is set
 // in the child only.
@@ -118,9 +126,7 @@ inline ProcessResult run_process(const std::vector<std::string>& args, int kill_
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
+  const std::vector<char*> argv = argv_of(args);
   const auto started = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -156,10 +162,8 @@ inline ProcessResult run_process(const std::vector<std::string>& args, int kill_
 
 // fork+exec of `args` (no shell) in the background, stdout to /dev/null, stderr inherited: the
 // caller signals and reaps the returned pid.
-inline pid_t start_process(std::vector<std::string> args) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+inline pid_t start_process(const std::vector<std::string>& args) {
+  const std::vector<char*> argv = argv_of(args);
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int null = ::open("/dev/null", O_WRONLY);

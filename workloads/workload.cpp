@@ -16,8 +16,8 @@ namespace {
 void copy_by_name(const torch::OrderedDict<std::string, torch::Tensor>& from,
                   torch::OrderedDict<std::string, torch::Tensor>& to, const std::string& model, const char* what) {
   if (from.size() != to.size()) {
-    throw std::logic_error("clone of model '" + model + "': " + std::to_string(to.size()) + " " + what + " in a fresh instance, " +
-                           std::to_string(from.size()) + " in the original");
+    throw std::logic_error("clone of model '" + model + "': " + std::to_string(to.size()) + " " + what +
+                           " in a fresh instance, " + std::to_string(from.size()) + " in the original");
   }
   for (const auto& entry : from) {
     auto* target = to.find(entry.key());
@@ -35,11 +35,10 @@ void copy_by_name(const torch::OrderedDict<std::string, torch::Tensor>& from,
 
 void set_floating_dtype(torch::nn::Module& model, c10::ScalarType dtype) {
   torch::NoGradGuard no_grad;
-  for (auto& t : model.parameters()) {
-    if (t.is_floating_point() && t.scalar_type() != dtype) t.set_data(t.to(dtype));
-  }
-  for (auto& t : model.buffers()) {
-    if (t.is_floating_point() && t.scalar_type() != dtype) t.set_data(t.to(dtype));
+  for (auto tensors : {model.parameters(), model.buffers()}) {
+    for (auto& t : tensors) {
+      if (t.is_floating_point() && t.scalar_type() != dtype) t.set_data(t.to(dtype));
+    }
   }
 }
 
