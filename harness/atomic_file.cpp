@@ -148,7 +148,8 @@ void check_writable_output(const std::string& flag, const std::string& path) {
   const std::string dir = directory_of(path);
   struct stat st{};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    throw UsageError(flag + ": directory '" + dir + "' of '" + path + "' does not exist");
+    throw UsageError(flag + ": directory '" + dir + "' of '" + path + "' does not exist (create it first: mkdir -p '" +
+                     dir + "')");
   }
   long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
   if (name_max <= 0) name_max = 255;

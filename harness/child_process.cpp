@@ -9,6 +9,8 @@
 
 extern char** environ;
 
+#include <fstream>
+
 namespace ddpbench {
 
 pid_t spawn_child(const ChildSpawn& spawn) {
@@ -63,6 +65,60 @@ std::string exit_text(int status) {
   if (WIFSIGNALED(status)) return "was killed by signal " + signal_text(WTERMSIG(status));
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
   return "ended";
+}
+
+namespace {
+
+// The number after `key` in a file of "key value" lines, when there is one.
+std::optional<long long> counter_in(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string name;
+  long long value = 0;
+  while (in >> name >> value) {
+    if (name == key) return value;
+  }
+  return std::nullopt;
+}
+
+// This process's cgroup path in the hierarchy named by `controller` ("" for cgroup v2's).
+std::optional<std::string> own_cgroup(const std::string& controller) {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    if (controller.empty() ? line.rfind("0::", 0) == 0 : ("," + controllers + ",").find("," + controller + ",") != std::string::npos) {
+      return line.substr(second + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<long long> oom_kill_count() {
+  if (const auto v2 = own_cgroup("")) {
+    if (auto n = counter_in("/sys/fs/cgroup" + *v2 + "/memory.events", "oom_kill")) return n;
+    if (auto n = counter_in("/sys/fs/cgroup/unified" + *v2 + "/memory.events", "oom_kill")) return n;
+  }
+  if (const auto v1 = own_cgroup("memory")) {
+    if (auto n = counter_in("/sys/fs/cgroup/memory" + *v1 + "/memory.oom_control", "oom_kill")) return n;
+  }
+  return counter_in("/proc/vmstat", "oom_kill");
+}
+
+std::string exit_text(int status, std::optional<long long> oom_kills_before, std::optional<long long> oom_kills_now) {
+  std::string text = exit_text(status);
+  if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) return text;
+  if (!oom_kills_before || !oom_kills_now) {
+    return text + ": the kernel's OOM killer, or a kill from outside (this machine's OOM-kill count cannot be read)";
+  }
+  if (*oom_kills_now > *oom_kills_before) {
+    return text + " by the kernel's out-of-memory killer (its OOM-kill count rose by " +
+           std::to_string(*oom_kills_now - *oom_kills_before) + ")";
+  }
+  return text + ", not by the kernel's OOM killer (its OOM-kill count did not rise)";
 }
 
 }  // namespace ddpbench

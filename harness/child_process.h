@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,5 +32,14 @@ std::vector<std::string> inherited_environment(const std::function<bool(const st
 std::string signal_text(int signal);
 // How a child ended, from its waitpid status: "was killed by signal 9 (SIGKILL)", "exited with code 1".
 std::string exit_text(int status);
+
+// The kernel's count of out-of-memory kills that concern this process: its memory cgroup's (v2
+// memory.events, v1 memory.oom_control), else the whole machine's (/proc/vmstat); none when
+// nothing says. A SIGKILL alone does not tell the OOM killer from a kill by hand; this count does.
+std::optional<long long> oom_kill_count();
+
+// exit_text, and for a SIGKILL what the OOM-kill count says of it, from before the child ran to
+// now: the kernel's out-of-memory killer (counted), or not (not counted), or cannot tell.
+std::string exit_text(int status, std::optional<long long> oom_kills_before, std::optional<long long> oom_kills_now);
 
 }  // namespace ddpbench

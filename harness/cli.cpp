@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -17,11 +18,38 @@
 
 namespace ddpbench {
 
+namespace {
+
+// Whether `value` spells a decimal number and nothing else: strtod alone would take leading blanks,
+// hexadecimal ("0x10" = 16), "inf" and "nan", and strtoll leading blanks.
+bool is_decimal(const std::string& value, bool whole) {
+  size_t i = (!value.empty() && (value[0] == '+' || value[0] == '-')) ? 1 : 0;
+  auto digits = [&] {
+    const size_t start = i;
+    while (i < value.size() && std::isdigit(static_cast<unsigned char>(value[i]))) ++i;
+    return i - start;
+  };
+  size_t mantissa = digits();
+  if (!whole && i < value.size() && value[i] == '.') {
+    ++i;
+    mantissa += digits();
+  }
+  if (mantissa == 0) return false;
+  if (!whole && i < value.size() && (value[i] == 'e' || value[i] == 'E')) {
+    ++i;
+    if (i < value.size() && (value[i] == '+' || value[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == value.size();
+}
+
+}  // namespace
+
 long long parse_count(const std::string& flag, const std::string& value, long long min, long long max) {
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || end == nullptr || *end != '\0' || errno == ERANGE) {
+  if (!is_decimal(value, /*whole=*/true) || end == nullptr || *end != '\0' || errno == ERANGE) {
     throw UsageError(flag + ": '" + value + "' is not a whole number");
   }
   if (v < min) throw UsageError(flag + ": must be at least " + std::to_string(min) + ", got " + value);
@@ -36,7 +64,7 @@ std::optional<double> parse_finite(const std::string& value) {
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v)) return std::nullopt;
+  if (!is_decimal(value, /*whole=*/false) || *end != '\0' || errno == ERANGE || !std::isfinite(v)) return std::nullopt;
   return v;
 }
 
@@ -180,6 +208,14 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
+  // An empty value is never "the default": `--trace ""` from an unset shell variable must not
+  // quietly mean no trace.
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->get_type_size() == 0) continue;  // a flag: it takes no value
+    for (const auto& value : option->results()) {
+      if (value.empty()) throw UsageError(option->get_name() + ": empty value");
+    }
+  }
   if (list) {
     cmd.action = CommandLine::Action::List;
     cmd.text = list_text();
@@ -223,6 +259,11 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (!checkpoint_every.empty()) {
     if (checkpoint.empty()) throw UsageError("--checkpoint-every: needs --checkpoint PATH");
     ddp.checkpoint_every = static_cast<int>(parse_count("--checkpoint-every", checkpoint_every, 1, 1000000));
+    if (ddp.checkpoint_every > r.warmup + r.steps) {
+      throw UsageError("--checkpoint-every: " + checkpoint_every + " is more than the " +
+                       std::to_string(r.warmup + r.steps) + " steps of a repetition (--warmup + --steps): " +
+                       "no checkpoint would ever be written");
+    }
   }
   const bool runs_ddp = std::find(r.strategies.begin(), r.strategies.end(), "ddp") != r.strategies.end();
   const std::vector<std::pair<const char*, bool>> ddp_flags = {{"--bucket-mb", app.count("--bucket-mb") > 0},
@@ -254,6 +295,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       throw UsageError(std::string(flag) + ": applies to hogwild only, which --strategy does not include");
     }
   }
+  if (no_json && app.count("--json") > 0) throw UsageError("--no-json: cannot be given with --json " + json);
   if (no_json) {
     cmd.json_path.reset();
   } else {

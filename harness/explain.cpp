@@ -31,14 +31,14 @@ std::vector<WorkloadExplanation> explain(const RunRecord& record) {
   std::vector<WorkloadExplanation> out;
   std::vector<std::string> workloads;
   for (const auto& c : record.cases) {
-    if (!c.repetitions.empty() && std::find(workloads.begin(), workloads.end(), c.spec.workload) == workloads.end()) {
+    if (c.measured() && std::find(workloads.begin(), workloads.end(), c.spec.workload) == workloads.end()) {
       workloads.push_back(c.spec.workload);
     }
   }
   for (const auto& w : workloads) {
     std::vector<const CaseRecord*> cases;
     for (const auto& c : record.cases) {
-      if (c.spec.workload == w && !c.repetitions.empty()) cases.push_back(&c);
+      if (c.spec.workload == w && c.measured()) cases.push_back(&c);
     }
     std::stable_sort(cases.begin(), cases.end(), [](const CaseRecord* a, const CaseRecord* b) {
       return a->median_items_per_second() > b->median_items_per_second();

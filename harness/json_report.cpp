@@ -214,8 +214,18 @@ json base_entry(const CaseRecord& c, int family_index, const std::string& name, 
           {"time_unit", "ms"}};
 }
 
+// A case that did not end ok marks every entry it has as Google Benchmark marks an error, so that
+// no reader (Google Benchmark's compare.py included) takes its kept repetitions for a result.
+void mark_error(json& entry, const CaseRecord& c) {
+  if (c.status == CaseStatus::Ok) return;
+  entry["error_occurred"] = true;
+  entry["error_message"] = c.reason;
+}
+
 void add_case(json& benchmarks, const CaseRecord& c, int family_index, const RunSettings& s) {
   const std::string name = c.spec.name();
+  // Kept repetitions of a case that failed later, or of a run that ended before all were measured.
+  const bool partial = c.status != CaseStatus::Ok || static_cast<int>(c.repetitions.size()) < s.repetitions;
   if (c.repetitions.empty()) {
     // Google Benchmark's shape for a run that did not happen: error_occurred with the message.
     json e = base_entry(c, family_index, name, s);
@@ -245,7 +255,9 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     e["real_time"] = real_ms.back();
     e["cpu_time"] = cpu_ms.back();
     e["items_per_second"] = items.back();
+    mark_error(e, c);
     json f = case_fields(c);
+    f["partial"] = partial;
     json steps = json::array();
     for (double t : r.step_seconds) steps.push_back(t * 1e3);
     f["step_times_ms"] = steps;
@@ -303,7 +315,9 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     e["real_time"] = a.fn(real_ms);
     e["cpu_time"] = a.fn(cpu_ms);
     e["items_per_second"] = a.fn(items);
+    mark_error(e, c);
     json f = case_fields(c);
+    f["partial"] = partial;
     PhaseSeconds phases{};
     for (int p = 0; p < kPhaseCount; ++p) {
       std::vector<double> xs;

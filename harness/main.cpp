@@ -36,6 +36,16 @@ void on_stop_signal(int signal) {
   std::signal(signal, SIG_DFL);  // a second Ctrl-C ends the process at once
 }
 
+// While a rank waits for the others to join, nothing is measured and c10d's rendezvous blocks
+// until --timeout: a signal ends the process at once (async-signal-safe calls only).
+void on_signal_while_joining(int) {
+  static const char message[] = "ddpbench: interrupted while waiting for the other ranks to join; nothing was measured\n";
+  if (::write(STDERR_FILENO, message, sizeof(message) - 1) < 0) {
+    // nothing more can be said
+  }
+  ::_exit(130);
+}
+
 std::string describe(const ddpbench::DeviceSet& devices) {
   const std::string kind = devices.is_cuda() ? "CUDA device(s)" : "CPU virtual device(s)";
   return std::to_string(devices.size()) + " " + kind + ", " + std::to_string(devices.threads_per_device()) +
@@ -46,6 +56,19 @@ std::string join(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
   return out;
+}
+
+// More intra-op threads than cores is allowed (someone may want to see what it costs) but never
+// silent: the threads take turns, and every step is slower than the cores would allow.
+void warn_if_oversubscribed(const ddpbench::CommandLine& cmd, const ddpbench::DeviceSet& devices) {
+  if (cmd.devices.threads == 0 || devices.is_cuda()) return;
+  const int cores = ddpbench::available_cpus();
+  const int threads = devices.threads_per_device() * devices.size();
+  if (threads <= cores) return;
+  std::fprintf(stderr,
+               "ddpbench: warning: --threads %d on each of %d device(s) is %d threads on %d core(s): they will take "
+               "turns, and steps will be slower than the cores allow\n",
+               devices.threads_per_device(), devices.size(), threads, cores);
 }
 
 std::string self_executable() {
@@ -93,10 +116,17 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
   OutputClaims outputs;
   if (task_text == nullptr) {
     if (env.rank == 0 && cmd.json_path) outputs.claim("--json", *cmd.json_path);
-    if (cmd.trace_dir) outputs.claim("--trace", *cmd.trace_dir + "/" + TraceRecorder::file_name(env.rank));
+    if (cmd.trace_dir) {
+      make_output_directory("--trace", *cmd.trace_dir);
+      outputs.claim("--trace", *cmd.trace_dir + "/" + TraceRecorder::file_name(env.rank));
+    }
     if (env.rank == 0 && !cmd.runner.strategy.ddp.checkpoint_path.empty()) {
       outputs.claim("--checkpoint", cmd.runner.strategy.ddp.checkpoint_path);
     }
+  }
+  if (task_text == nullptr) {  // ddpbench's own launcher ends its ranks itself
+    std::signal(SIGINT, on_signal_while_joining);
+    std::signal(SIGTERM, on_signal_while_joining);
   }
   group = ProcessGroupContext::join(env, devices.kind(), timeout);
   RunnerOptions options = cmd.runner;
@@ -190,9 +220,21 @@ int run(const std::vector<std::string>& args) {
   for (const auto& s : cmd.runner.strategies) {
     if (StrategyRegistry::instance().get(s).multi_process) multi_process.push_back(s);
   }
+  std::optional<TraceRecorder> trace;
+  RunnerOptions options = cmd.runner;
+  if (cmd.trace_dir) {
+    trace.emplace(/*rank=*/0, /*world_size=*/1);
+    options.trace = &*trace;
+  }
+  options.strategy.hogwild.worker_executable = self_executable();
+  Runner runner(options, devices, collect_run_context(args));
+  runner.validate();
+  warn_if_oversubscribed(cmd, devices);
+
   OutputClaims outputs;
   if (cmd.json_path) outputs.claim("--json", *cmd.json_path);
   if (cmd.trace_dir) {
+    make_output_directory("--trace", *cmd.trace_dir);  // last of the checks: nothing made for a refused run
     for (int r = 0; r < (multi_process.empty() ? 1 : devices.size()); ++r) {
       outputs.claim("--trace", *cmd.trace_dir + "/" + TraceRecorder::file_name(r));
     }
@@ -200,16 +242,6 @@ int run(const std::vector<std::string>& args) {
   if (const auto& checkpoint = cmd.runner.strategy.ddp.checkpoint_path; !checkpoint.empty()) {
     outputs.claim("--checkpoint", checkpoint);
   }
-  std::optional<TraceRecorder> trace;
-  RunnerOptions options = cmd.runner;
-  if (cmd.trace_dir) {
-    trace.emplace(/*rank=*/0, /*world_size=*/1);
-    options.trace = &*trace;
-  }
-
-  options.strategy.hogwild.worker_executable = self_executable();
-  Runner runner(options, devices, collect_run_context(args));
-  runner.validate();
 
   std::optional<RankLauncher> launcher;
   if (!multi_process.empty()) {

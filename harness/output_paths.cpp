@@ -1,6 +1,7 @@
 #include "harness/output_paths.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -41,6 +42,21 @@ int hold_lock(const std::string& identity) {
 }
 
 }  // namespace
+
+void make_output_directory(const std::string& flag, const std::string& dir) {
+  if (dir.empty()) throw UsageError(flag + ": empty path");
+  // Each missing component in turn, from the root down; one that exists must be a directory.
+  for (size_t end = dir.find('/', 1);; end = dir.find('/', end + 1)) {
+    const std::string part = dir.substr(0, end);
+    struct stat st{};
+    if (::stat(part.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) throw UsageError(flag + ": '" + part + "' is in the way of directory '" + dir + "': not a directory");
+    } else if (::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
+      throw UsageError(flag + ": cannot create directory '" + part + "' (" + std::strerror(errno) + ")");
+    }
+    if (end == std::string::npos) break;
+  }
+}
 
 std::string OutputClaims::identity(const std::string& path) {
   char resolved[PATH_MAX];

@@ -7,6 +7,10 @@
 
 namespace ddpbench {
 
+// Makes `dir` and any missing parents, as tools that take an output directory do. Throws
+// UsageError naming `flag` when it cannot (a file in the way, no permission).
+void make_output_directory(const std::string& flag, const std::string& dir);
+
 class OutputClaims {
  public:
   OutputClaims() = default;

@@ -94,6 +94,7 @@ RankLauncher::~RankLauncher() = default;
 RankTaskOutput RankLauncher::run(const std::string& task, const std::function<void(std::int64_t)>& on_steps,
                               const std::function<bool()>& stop_requested) {
   const std::string prefix = "task" + std::to_string(next_task_++);
+  const auto oom_kills_before = oom_kill_count();  // whether a rank killed by SIGKILL was the OOM killer's
   auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_->tcp);
   const int n = options_.world_size;
 
@@ -233,7 +234,7 @@ RankTaskOutput RankLauncher::run(const std::string& task, const std::function<vo
   for (int r = 0; r < n; ++r) {
     const auto& c = children[static_cast<size_t>(r)];
     if (WIFSIGNALED(c.status) && !c.killed_by_us) {
-      throw CaseFailure(rank_text(r) + " was killed by signal " + signal_text(WTERMSIG(c.status)));
+      throw CaseFailure(rank_text(r) + " " + exit_text(c.status, oom_kills_before, oom_kill_count()));
     }
   }
   std::optional<std::string> comm_reason;

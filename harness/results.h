@@ -14,7 +14,10 @@
 
 namespace ddpbench {
 
-enum class CaseStatus { Ok, Skipped, Failed, Oom };
+// Ok: runnable, and every repetition so far measured. NotRun: runnable but not reached (a run that
+// was interrupted or stopped first; what a live file says of the cases still to come). Failed and
+// Oom are sticky: a case that failed in any repetition keeps them, its earlier repetitions partial.
+enum class CaseStatus { Ok, Skipped, NotRun, Failed, Oom };
 const char* to_string(CaseStatus status);
 
 // One rank's own figures in a repetition of a multi-process case, gathered to rank 0.
@@ -96,6 +99,8 @@ struct CaseRecord {
   // CV of the repetition means above --max-cv: the machine's noise is too large to trust the numbers.
   bool noisy = false;
 
+  // A case whose numbers stand: ok, with at least one repetition. Rankings and ratios use only these.
+  bool measured() const { return status == CaseStatus::Ok && !repetitions.empty(); }
   // Medians over repetitions of the per-repetition means; callers check repetitions is not empty.
   double median_step_seconds() const;
   double median_items_per_second() const;

@@ -50,16 +50,20 @@ bool should_hang(const std::string& case_name) {
   return target != nullptr && case_name == target;
 }
 
-// DDPBENCH_FAULT_RANK=<rank>:kill or <rank>:hang: that rank of a multi-process case SIGKILLs itself,
-// or stops making progress, at its first measured step, so the launcher's fault handling can be
-// tested end to end with real processes.
-std::string rank_fault(const ProcessGroupContext* group) {
+// DDPBENCH_FAULT_RANK=<rank>:kill or <rank>:hang, optionally @<repetition>: that rank of a
+// multi-process case SIGKILLs itself, or stops making progress, at the first measured step of every
+// repetition (or of that one), so the launcher's fault handling can be tested end to end with real
+// processes.
+std::string rank_fault(const ProcessGroupContext* group, int repetition) {
   const char* spec = std::getenv("DDPBENCH_FAULT_RANK");
   if (group == nullptr || spec == nullptr) return {};
   const std::string s = spec;
   const auto colon = s.find(':');
   if (colon == std::string::npos || s.substr(0, colon) != std::to_string(group->rank())) return {};
-  return s.substr(colon + 1);
+  std::string fault = s.substr(colon + 1);
+  const auto at = fault.find('@');
+  if (at == std::string::npos) return fault;
+  return fault.substr(at + 1) == std::to_string(repetition) ? fault.substr(0, at) : std::string();
 }
 
 double process_cpu_seconds() {
@@ -68,10 +72,27 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// LibTorch's own words for it: CUDA's caching allocator says "CUDA out of memory", the CPU
+// allocator "DefaultCPUAllocator: can't allocate memory"; a rank or worker that the kernel's OOM
+// killer ended is named so by child_process's exit_text.
 bool is_out_of_memory(const std::exception& e) {
   if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return true;
   const std::string what = e.what();
-  return what.find("out of memory") != std::string::npos || what.find("Out of memory") != std::string::npos;
+  for (const char* words : {"out of memory", "Out of memory", "can't allocate memory", "out-of-memory killer"}) {
+    if (what.find(words) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Cases that were runnable but never measured: a run that ended early says so of each of them
+// rather than leaving them "ok" with nothing behind it.
+void mark_not_reached(std::vector<CaseRecord>& cases, const std::string& why) {
+  for (auto& c : cases) {
+    if ((c.status == CaseStatus::Ok || c.status == CaseStatus::NotRun) && c.repetitions.empty()) {
+      c.status = CaseStatus::NotRun;
+      c.reason = "not run: " + why;
+    }
+  }
 }
 
 // First line of an exception message: LibTorch appends C++ backtraces that do not belong in a table.
@@ -104,6 +125,7 @@ const char* to_string(CaseStatus status) {
   switch (status) {
     case CaseStatus::Ok: return "ok";
     case CaseStatus::Skipped: return "skipped";
+    case CaseStatus::NotRun: return "not_run";
     case CaseStatus::Failed: return "failed";
     case CaseStatus::Oom: return "oom";
   }
@@ -294,6 +316,7 @@ std::unique_ptr<Strategy> Runner::start_strategy(const CaseSpec& spec, Optimizer
   setup.parity_run = parity_run;
   setup.timeout_seconds = options_.timeout_seconds;
   setup.precision = options_.precision;
+  setup.stop_requested = [] { return stop_requested(); };
   strategy->setup(setup);
   return strategy;
 }
@@ -326,6 +349,7 @@ Runner::Reference Runner::train_untimed(const CaseSpec& spec, int steps) {
   PhaseRecorder phases;
   Reference out;
   for (int i = 0; i < steps; ++i) {
+    if (stop_requested()) throw StopRequested();  // parity steps end on a signal as measured ones do
     Batch batch = loader.next();
     if (batch.inputs.is_floating_point()) batch.inputs = batch.inputs.to(dtype);
     if (batch.targets.is_floating_point()) batch.targets = batch.targets.to(dtype);
@@ -511,7 +535,7 @@ RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index)
   const std::string name = spec.name();
   torch::Tensor loss;
 
-  const std::string fault = rank_fault(group_);
+  const std::string fault = rank_fault(group_, index);
   const bool hang = should_hang(name) || fault == "hang";
   auto one_step = [&] {
     if (stop_requested()) throw StopRequested();
@@ -584,7 +608,7 @@ std::optional<LossVsSingle> Runner::loss_against_single(const CaseRecord& c) con
     return stats::median(losses);
   };
   for (const auto& base : record_.cases) {
-    if (base.spec.workload != c.spec.workload || base.spec.strategy != "single" || base.repetitions.empty()) continue;
+    if (base.spec.workload != c.spec.workload || base.spec.strategy != "single" || !base.measured()) continue;
     // Every repetition restarts from the same weights and batches, so the last measured step of
     // each has seen the same samples under either strategy.
     LossVsSingle l;
@@ -629,6 +653,7 @@ void Runner::handle_hang() {
       c.reason = reason;
     }
     record_.interruption = "stopped by the --timeout watchdog; measured repetitions are kept";
+    mark_not_reached(record_.cases, "the --timeout watchdog stopped the run first");
     record_.complete = false;
     notify_update();
     for (auto* sink : sinks_) sink->on_finish(record_);
@@ -643,6 +668,8 @@ RunRecord Runner::run() {
     std::lock_guard<std::timed_mutex> lock(record_mutex_);
     record_.cases = plan_cases();
     record_.complete = false;
+    // What a live file says of the cases still to come; each becomes ok when its turn comes.
+    mark_not_reached(record_.cases, "the run ended before this case's turn");
     notify_update();
   }
   std::optional<StepWatchdog> watchdog;
@@ -654,10 +681,12 @@ RunRecord Runner::run() {
 
   try {
     for (size_t i = 0; i < record_.cases.size(); ++i) {
-      if (record_.cases[i].status != CaseStatus::Ok) continue;
+      if (record_.cases[i].status != CaseStatus::NotRun) continue;
       current_case_ = static_cast<int>(i);
       progress();
       CaseRecord updated = record_.cases[i];  // worked on outside the lock
+      updated.status = CaseStatus::Ok;
+      updated.reason.clear();
       try {
         check_parity(updated);
       } catch (const StopRequested&) {
@@ -698,6 +727,7 @@ RunRecord Runner::run() {
   } catch (const StopRequested&) {
     record_.interruption = "interrupted by a signal; measured repetitions are kept";
   }
+  if (!record_.interruption.empty()) mark_not_reached(record_.cases, "the run was interrupted first");
   current_case_ = -1;
   if (watchdog) watchdog->disarm();
   watchdog_ = nullptr;
@@ -707,7 +737,7 @@ RunRecord Runner::run() {
   for (auto& c : record_.cases) {
     if (c.repetitions.empty()) continue;
     for (const auto& base : record_.cases) {
-      if (base.spec.workload == c.spec.workload && base.spec.strategy == "single" && !base.repetitions.empty()) {
+      if (base.spec.workload == c.spec.workload && base.spec.strategy == "single" && base.measured()) {
         c.scaling_efficiency = c.median_items_per_second() / (c.spec.world_size * base.median_items_per_second());
       }
     }

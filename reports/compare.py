@@ -1,17 +1,25 @@
 """Compare two ddpbench results files case by case: the CI regression gate.
 
-Per case (present and measured on both sides) it takes the per-repetition mean step times, reports
-the change in median, a two-sided Mann-Whitney U test, and the measured noise (the larger CV of the
-two sides), and gives a verdict:
+Per case it takes the per-repetition mean step times of both sides and the 95% confidence interval
+of current/baseline (Welch's t-interval on their logarithms: repetitions are the independent
+units, steps within one are not), and gives a verdict that never claims more than that interval
+shows:
 
-  same    not significant (p >= alpha) or smaller than --min-effect
-  faster  significant, beyond --min-effect and beyond the noise, and faster
-  slower  the same, slower: a regression
-  noisy   the runs' own spread is too large to tell (noise >= min effect with no clear change, or a
-          significant change smaller than the noise, the larger CV of the two sides)
-  failed  measured in the baseline but failed (or out of memory) now: a regression
+  slower        the whole interval lies above +min effect: a regression
+  faster        the whole interval lies below -min effect
+  same          the whole interval lies within +-min effect: any change is smaller than it
+  inconclusive  the interval reaches past +-min effect on a side it has not settled: these samples
+                cannot tell (the table gives the change they could resolve: more repetitions, or
+                steadier ones, narrow it)
+  failed        measured in the baseline; failed or out of memory now (sticky: a case that failed in
+                any repetition is failed, whatever it kept)
+  not run       measured in the baseline; the current run never reached it
+  missing       measured in the baseline; absent from the current file
 
-Exit codes: 0 nothing regressed, 1 a case is slower or newly failed, 2 unreadable or incompatible input.
+Exit codes: 0 no regression and every case resolved; 1 a regression (slower, failed, not run or
+missing); 2 unusable input (unreadable, malformed, of another dtype, an interrupted run without
+--allow-incomplete, a baseline that measured nothing); 3 no regression found, but some case is
+inconclusive (--allow-inconclusive makes that 0).
 """
 import argparse
 import sys
@@ -21,7 +29,10 @@ from typing import List, Optional
 from . import results, stats
 
 DEFAULT_MIN_EFFECT = 0.05
-DEFAULT_ALPHA = 0.05
+DEFAULT_CONFIDENCE = 0.95
+
+REGRESSIONS = ("slower", "failed", "not run", "missing")
+EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 1, 2, 3
 
 
 @dataclass
@@ -30,128 +41,198 @@ class CaseComparison:
     verdict: str
     baseline_ms: Optional[float] = None
     current_ms: Optional[float] = None
-    change: Optional[float] = None  # current / baseline - 1, on median step time
-    p_value: Optional[float] = None
-    noise: Optional[float] = None
+    change: Optional[float] = None  # current / baseline - 1, of the repetitions' geometric means
+    interval: Optional[tuple] = None  # confidence interval of the change, (low, high)
+    noise: Optional[float] = None  # the larger CV of the two sides' repetition means
     note: str = ""
+
+    @property
+    def resolution(self):
+        """Half the interval's width: about the smallest change these samples can tell from none."""
+        return None if self.interval is None else (self.interval[1] - self.interval[0]) / 2
 
 
 @dataclass
 class Comparison:
     cases: List[CaseComparison] = field(default_factory=list)
-    only_in_baseline: List[str] = field(default_factory=list)
     only_in_current: List[str] = field(default_factory=list)
+    not_in_baseline: List[str] = field(default_factory=list)  # present there, but not measured
     geomean_ratio: Optional[float] = None  # geometric mean of current / baseline over compared cases
 
     @property
     def regressed(self):
-        return any(c.verdict in ("slower", "failed") for c in self.cases)
+        return any(c.verdict in REGRESSIONS for c in self.cases)
+
+    @property
+    def inconclusive(self):
+        return [c for c in self.cases if c.verdict == "inconclusive"]
 
 
-_TO_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+def _verdict(interval, min_effect):
+    low, high = interval[0] - 1, interval[1] - 1
+    if low > min_effect:
+        return "slower"
+    if high < -min_effect:
+        return "faster"
+    if low >= -min_effect and high <= min_effect:
+        return "same"
+    return "inconclusive"
 
 
-def _samples(doc):
-    """{case: (status, [per-repetition time in ms])} from the iteration entries (ddpbench runs and
-    ddpbench-micro's Google Benchmark files alike)."""
-    out = {}
-    for b in doc["benchmarks"]:
-        name = b["run_name"] if "run_name" in b else b["name"]
-        status = b.get("ddpbench", {}).get("status", "failed" if b.get("error_occurred") else "ok")
-        entry = out.setdefault(name, (status, []))
-        if b["run_type"] == "iteration" and not b.get("error_occurred"):
-            entry[1].append(float(b["real_time"]) * _TO_MS[b.get("time_unit", "ms")])
-    return out
-
-
-def compare(baseline, current, min_effect=DEFAULT_MIN_EFFECT, alpha=DEFAULT_ALPHA):
-    base, cur = _samples(baseline), _samples(current)
+def compare(baseline, current, min_effect=DEFAULT_MIN_EFFECT, confidence=DEFAULT_CONFIDENCE):
+    base, cur = results.case_samples(baseline), results.case_samples(current)
     out = Comparison()
-    out.only_in_baseline = sorted(set(base) - set(cur))
-    out.only_in_current = sorted(set(cur) - set(base))
+    out.only_in_current = [n for n in cur if n not in base]
     ratios = []
-    for name in [n for n in base if n in cur]:
-        (b_status, b), (c_status, c) = base[name], cur[name]
-        if not b:
-            out.cases.append(CaseComparison(name, "skipped", note=f"not measured in the baseline ({b_status})"))
+    for name, b in base.items():
+        if not b.measured:
+            out.not_in_baseline.append(name)
             continue
-        if not c:
-            verdict = "failed" if c_status in ("failed", "oom") else "skipped"
-            out.cases.append(CaseComparison(name, verdict, baseline_ms=stats.median(b),
-                                            note=f"not measured now ({c_status})"))
+        b_ms = stats.geometric_mean(b.repetition_ms)
+        c = cur.get(name)
+        if c is None:
+            out.cases.append(CaseComparison(name, "missing", b_ms, note="not in the current file"))
             continue
-        b_med, c_med = stats.median(b), stats.median(c)
-        change = c_med / b_med - 1
-        _, p = stats.mann_whitney_u(b, c)
-        noise = max(stats.cv(b), stats.cv(c))
-        if p >= alpha or abs(change) < min_effect:
-            verdict = "noisy" if noise >= min_effect else "same"
-        elif abs(change) < noise:
-            verdict = "noisy"
+        if c.status in ("failed", "oom"):
+            out.cases.append(CaseComparison(name, "failed", b_ms, note=f"{c.status} now: {c.reason}"))
+            continue
+        if not c.measured:
+            why = c.reason or "no repetition measured"
+            out.cases.append(CaseComparison(name, "not run", b_ms, note=f"{c.status}: {why}"))
+            continue
+        c_ms = stats.geometric_mean(c.repetition_ms)
+        ratios.append(c_ms / b_ms)
+        row = CaseComparison(name, "inconclusive", b_ms, c_ms, c_ms / b_ms - 1,
+                             noise=max(stats.cv(b.repetition_ms), stats.cv(c.repetition_ms)))
+        interval = stats.ratio_interval(b.repetition_ms, c.repetition_ms, confidence)
+        if interval is None:
+            row.note = "needs 2 or more repetitions a side"
         else:
-            verdict = "slower" if change > 0 else "faster"
-        ratios.append(c_med / b_med)
-        out.cases.append(CaseComparison(name, verdict, b_med, c_med, change, p, noise))
+            row.interval = (interval[0] - 1, interval[1] - 1)
+            row.verdict = _verdict(interval, min_effect)
+            if row.verdict == "inconclusive":
+                row.note = f"resolves only +-{row.resolution * 100:.1f}%"
+        out.cases.append(row)
     if ratios:
         out.geomean_ratio = stats.geometric_mean(ratios)
     return out
 
 
-def _fmt(v, spec):
-    return "-" if v is None else format(v, spec)
+def _printable(text):
+    """A name from a file, safe on a terminal: control characters shown as escapes."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(text))
 
 
-def format_table(comparison, markdown=False):
-    header = ["case", "baseline ms", "current ms", "change", "p", "noise", "verdict"]
+def _markdown_cell(text):
+    """Safe in a GitHub markdown table cell: no HTML, no column break, no line break."""
+    text = _printable(text)
+    for raw, escaped in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "\\`")):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def _pct(v):
+    return "-" if v is None else f"{v * 100:+.1f}%"
+
+
+def format_table(comparison, markdown=False, min_effect=DEFAULT_MIN_EFFECT):
+    header = ["case", "baseline ms", "current ms", "change", "95% interval", "noise", "verdict"]
     rows = []
     for c in comparison.cases:
-        rows.append([c.name, _fmt(c.baseline_ms, ".2f"), _fmt(c.current_ms, ".2f"),
-                     "-" if c.change is None else f"{c.change * 100:+.1f}%", _fmt(c.p_value, ".3f"),
+        rows.append([c.name, "-" if c.baseline_ms is None else f"{c.baseline_ms:.2f}",
+                     "-" if c.current_ms is None else f"{c.current_ms:.2f}", _pct(c.change),
+                     "-" if c.interval is None else f"{_pct(c.interval[0])} .. {_pct(c.interval[1])}",
                      "-" if c.noise is None else f"{c.noise * 100:.1f}%", c.verdict + (f" ({c.note})" if c.note else "")])
     lines = []
     if markdown:
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---|" * len(header))
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        lines += ["| " + " | ".join(_markdown_cell(v) for v in r) + " |" for r in rows]
     else:
+        rows = [[_printable(v) for v in r] for r in rows]
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-        fmt_row = lambda r: "  ".join(v.ljust(w) if i in (0, 6) else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
+
+        def fmt_row(r):
+            return "  ".join(v.ljust(w) if i in (0, 6) else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
         lines.append(fmt_row(header))
         lines.append("-" * (sum(widths) + 2 * (len(widths) - 1)))
         lines += [fmt_row(r) for r in rows]
-    for name in comparison.only_in_baseline:
-        lines.append(f"only in baseline: {name}")
+    show = _markdown_cell if markdown else _printable
+    for name in comparison.not_in_baseline:
+        lines.append(f"not measured in the baseline, not compared: {show(name)}")
     for name in comparison.only_in_current:
-        lines.append(f"only in current: {name}")
+        lines.append(f"only in current, not compared: {show(name)}")
     if comparison.geomean_ratio is not None:
         lines.append(f"geometric mean of current/baseline step time: {comparison.geomean_ratio:.3f} "
                      f"({(comparison.geomean_ratio - 1) * 100:+.1f}%)")
-    slower = [c.name for c in comparison.cases if c.verdict in ("slower", "failed")]
-    lines.append("verdict: " + (f"REGRESSION in {', '.join(slower)}" if slower else "no regression"))
+    lines.append("verdict: " + overall_verdict(comparison, min_effect, show))
     return "\n".join(lines)
 
 
+def overall_verdict(comparison, min_effect, show=_printable):
+    regressed = [show(c.name) for c in comparison.cases if c.verdict in REGRESSIONS]
+    if regressed:
+        return f"REGRESSION in {', '.join(regressed)}"
+    unsure = comparison.inconclusive
+    if unsure:
+        text = (f"cannot tell whether {len(unsure)} of {len(comparison.cases)} case(s) changed by "
+                f"{min_effect * 100:g}% ({', '.join(show(c.name) for c in unsure)})")
+        rest = len(comparison.cases) - len(unsure)
+        return text + (f"; the other {rest}: none slower beyond {min_effect * 100:g}%" if rest else "")
+    return f"no regression beyond {min_effect * 100:g}%"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, as for every other bad input
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message}\n")
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="ddpbench-compare", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="ddpbench-compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("baseline")
     p.add_argument("current")
     p.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
-                   help="smallest relative change in median step time that counts (default 0.05 = 5%%)")
-    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level of the U test (0.05)")
+                   help="smallest relative change in step time that counts (default 0.05 = 5%%)")
+    p.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE,
+                   help="confidence of the interval that a verdict needs (default 0.95)")
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="compare what an interrupted run measured instead of refusing it")
+    p.add_argument("--allow-inconclusive", action="store_true",
+                   help="exit 0 rather than 3 when some case is inconclusive and nothing regressed")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = p.parse_args(argv)
-    if not 0 <= args.min_effect < 10 or not 0 < args.alpha < 1:
-        p.error("--min-effect must be in [0, 10) and --alpha in (0, 1)")
+    if not 0 <= args.min_effect < 10:
+        p.error(f"--min-effect: {args.min_effect!r} is not in [0, 10)")
+    if not 0.5 <= args.confidence < 1:
+        p.error(f"--confidence: {args.confidence!r} is not in [0.5, 1)")
     try:
         baseline, current = results.load(args.baseline), results.load(args.current)
+        check_comparable(args, baseline, current)
+        comparison = compare(baseline, current, args.min_effect, args.confidence)
     except results.ResultsError as e:
         print(f"ddpbench-compare: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    print(format_table(comparison, markdown=args.markdown, min_effect=args.min_effect))
+    if comparison.regressed:
+        return EXIT_REGRESSION
+    if comparison.inconclusive and not args.allow_inconclusive:
+        return EXIT_INCONCLUSIVE
+    return 0
+
+
+def check_comparable(args, baseline, current):
+    """Raises ResultsError for a pair of files whose comparison would mean nothing."""
+    if results.is_micro(baseline) != results.is_micro(current):
+        micro = args.baseline if results.is_micro(baseline) else args.current
+        raise results.ResultsError(f"{micro} is a ddpbench-micro file and the other a ddpbench run: "
+                                   f"compare files of one kind")
     if results.dtype(baseline) != results.dtype(current):
-        print(f"ddpbench-compare: {args.current}: ran --dtype {results.dtype(current)}, the baseline "
-              f"{args.baseline} ran {results.dtype(baseline)}: compare runs of one dtype", file=sys.stderr)
-        return 2
-    comparison = compare(baseline, current, args.min_effect, args.alpha)
-    print(format_table(comparison, markdown=args.markdown))
-    return 1 if comparison.regressed else 0
+        raise results.ResultsError(f"{args.current}: ran --dtype {results.dtype(current)}, the baseline "
+                                   f"{args.baseline} ran {results.dtype(baseline)}: compare runs of one dtype")
+    for path, doc in ((args.baseline, baseline), (args.current, current)):
+        if not args.allow_incomplete and not results.is_complete(doc):
+            raise results.ResultsError(f"{path}: an interrupted run (complete: false); rerun it, or pass "
+                                       f"--allow-incomplete to compare what it measured")
+    if not any(c.measured for c in results.case_samples(baseline, args.baseline).values()):
+        raise results.ResultsError(f"{args.baseline}: the baseline measured no case: nothing to compare against")
+    results.case_samples(current, args.current)  # refuses impossible times, naming the file

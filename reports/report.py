@@ -15,6 +15,9 @@ from collections import OrderedDict
 import matplotlib
 
 matplotlib.use("Agg")
+# Case names and file names come from the JSON: a '$' in one must stay a dollar sign, not start
+# matplotlib's math mode (which fails on anything that is not valid TeX).
+matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 
 from . import results, stats  # noqa: E402
@@ -99,7 +102,8 @@ def collect_cases(docs):
 
 
 def measured(cases):
-    return [c for c in cases if c.iterations]
+    """Cases whose numbers stand: ok, with repetitions. A failed case's kept repetitions are not ranked."""
+    return [c for c in cases if c.iterations and c.status == "ok"]
 
 
 def _save(fig, out_dir, name):
@@ -359,6 +363,8 @@ def render_micro_tables(micro_docs):
 
 
 def write_report(paths, out_dir):
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise results.ResultsError(f"-o {out_dir}: is a file, not a directory")
     loaded = [(os.path.basename(p), results.load(p)) for p in paths]
     docs = [(s, d) for s, d in loaded if not results.is_micro(d)]
     micro_docs = [(s, d) for s, d in loaded if results.is_micro(d)]
@@ -393,6 +399,9 @@ def main(argv=None):
         index, charts = write_report(args.results, args.output)
     except results.ResultsError as e:
         print(f"ddpbench-report: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the output directory: not creatable, not writable, full
+        print(f"ddpbench-report: -o {args.output}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(f"ddpbench-report: {len(charts)} chart(s) and {index}")
     return 0

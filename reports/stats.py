@@ -1,6 +1,5 @@
 """Statistics for comparing benchmark runs: pure functions, tested against known values."""
 import math
-from functools import lru_cache
 
 
 def median(xs):
@@ -27,66 +26,71 @@ def geometric_mean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
-def _ranks(values):
-    """Average ranks (1-based), ties sharing the mean of their positions."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
+def _continued_fraction(a, b, x):
+    """The continued fraction of the regularised incomplete beta function (Lentz's method)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
 
 
-@lru_cache(maxsize=None)
-def _u_counts(n1, n2):
-    """Number of arrangements giving each U (no ties): counts[u] for u in 0..n1*n2."""
-    # f(n1, n2, u) = f(n1 - 1, n2, u - n2) + f(n1, n2 - 1, u): the largest value is in sample 1 or 2.
-    if n1 == 0 or n2 == 0:
-        return (1,)
-    a = _u_counts(n1 - 1, n2)
-    b = _u_counts(n1, n2 - 1)
-    out = [0] * (n1 * n2 + 1)
-    for u, c in enumerate(b):
-        out[u] += c
-    for u, c in enumerate(a):
-        out[u + n2] += c
-    return tuple(out)
+def incomplete_beta(x, a, b):
+    """The regularised incomplete beta function I_x(a, b), for 0 <= x <= 1."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1) / (a + b + 2):
+        return math.exp(log_front) * _continued_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _continued_fraction(b, a, 1 - x) / b
 
 
-def mann_whitney_u(a, b):
-    """Two-sided Mann-Whitney U test. Returns (U of sample a, p-value).
+def t_cdf(t, df):
+    """P(T <= t) for Student's t with `df` (possibly fractional) degrees of freedom."""
+    tail = 0.5 * incomplete_beta(df / (df + t * t), df / 2, 0.5)
+    return 1 - tail if t > 0 else tail
 
-    Exact distribution for small samples without ties (n1 * n2 <= 400, as repetitions are);
-    otherwise the normal approximation with tie correction and continuity correction.
-    """
-    n1, n2 = len(a), len(b)
-    if n1 == 0 or n2 == 0:
-        raise ValueError("Mann-Whitney U needs two non-empty samples")
-    values = list(a) + list(b)
-    ranks = _ranks(values)
-    r1 = sum(ranks[:n1])
-    u1 = r1 - n1 * (n1 + 1) / 2
-    ties = len(set(values)) != len(values)
-    if not ties and n1 * n2 <= 400:
-        counts = _u_counts(n1, n2)
-        total = sum(counts)
-        u_small = min(u1, n1 * n2 - u1)
-        tail = sum(counts[: int(u_small) + 1]) / total
-        return u1, min(1.0, 2 * tail)
-    mean_u = n1 * n2 / 2
-    n = n1 + n2
-    tie_term = 0.0
-    for v in set(values):
-        t = values.count(v)
-        tie_term += t ** 3 - t
-    var_u = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)))
-    if var_u <= 0:
-        return u1, 1.0
-    z = (abs(u1 - mean_u) - 0.5) / math.sqrt(var_u)
-    p = math.erfc(max(z, 0.0) / math.sqrt(2))
-    return u1, min(1.0, p)
+
+def t_quantile(p, df):
+    """The t with P(T <= t) = p, 0.5 <= p < 1, by bisection on t_cdf."""
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def ratio_interval(base, current, confidence=0.95):
+    """Confidence interval of current / base, the ratio of the geometric means of two samples of
+    positive values (a repetition's mean step time each): Welch's t-interval on the logarithms.
+
+    Repetitions are the independent units: steps within one repetition share its warm-up, its
+    allocator state and its stretch of machine drift, so they are not independent samples.
+    Returns (low, high), or None when a side has fewer than two values (no spread to judge by)."""
+    n1, n2 = len(base), len(current)
+    if n1 < 2 or n2 < 2:
+        return None
+    lb, lc = [math.log(x) for x in base], [math.log(x) for x in current]
+    m1, m2 = sum(lb) / n1, sum(lc) / n2
+    v1 = sum((x - m1) ** 2 for x in lb) / (n1 - 1) / n1
+    v2 = sum((x - m2) ** 2 for x in lc) / (n2 - 1) / n2
+    diff, se = m2 - m1, math.sqrt(v1 + v2)
+    if se == 0:
+        return math.exp(diff), math.exp(diff)
+    df = (v1 + v2) ** 2 / (v1 ** 2 / (n1 - 1) + v2 ** 2 / (n2 - 1))  # Welch-Satterthwaite
+    half = t_quantile(0.5 + confidence / 2, df) * se
+    return math.exp(diff - half), math.exp(diff + half)

@@ -67,6 +67,7 @@ class HogwildStrategy final : public Strategy {
       config.precision = setup.precision;
       config.global_batch = setup.spec.global_batch;
       config.timeout = std::chrono::milliseconds(static_cast<long long>(setup.timeout_seconds * 1000));
+      config.stop_requested = setup.stop_requested;
       processes_ = std::make_unique<HogwildProcesses>(config, *model_);
       return;
     }

@@ -154,7 +154,7 @@ void shared_tensors(void* base, const ControlBlock& control, WorkloadModel& mode
 }
 
 // DDPBENCH_FAULT_WORKER=<index>:kill or <index>:hang, for the tests: that worker SIGKILLs itself, or
-// stops replying, when told to do its third update.
+// stops replying, when told to do its third update; <index>:hang-start: it never says it is ready.
 std::string worker_fault(int index) {
   const char* spec = std::getenv("DDPBENCH_FAULT_WORKER");
   if (spec == nullptr) return {};
@@ -166,7 +166,8 @@ std::string worker_fault(int index) {
 
 }  // namespace
 
-HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel& model) : config_(std::move(config)) {
+HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel& model)
+    : config_(std::move(config)), oom_kills_before_(oom_kill_count()) {
   // A write to a dead worker's command pipe must fail with EPIPE (and name the worker), not end
   // this process with SIGPIPE.
   ::signal(SIGPIPE, SIG_IGN);
@@ -298,11 +299,16 @@ void HogwildProcesses::collect(const char* what, OnReply on_reply) {
       index.push_back(static_cast<int>(i));
     }
     const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (config_.stop_requested()) {
+      stop_all(/*kill_now=*/true);
+      throw RunInterrupted();
+    }
     if (remaining <= 0) {
       fail(index.front(), std::string("hung: no reply to '") + what + "' within " +
                               std::to_string(config_.timeout.count() / 1000.0).substr(0, 5) + " s (--timeout)");
     }
-    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(remaining, 1000)));
+    // Slices of 100 ms: a signal is answered within one, whichever thread it was delivered to.
+    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(remaining, 100)));
     if (n < 0 && errno != EINTR) fail(index.front(), std::string("poll failed: ") + std::strerror(errno));
     for (std::size_t k = 0; n > 0 && k < fds.size(); ++k) {
       if (fds[k].revents == 0) continue;
@@ -314,7 +320,7 @@ void HogwildProcesses::collect(const char* what, OnReply on_reply) {
         auto& w = workers_[static_cast<std::size_t>(i)];
         ::waitpid(w.pid, &status, 0);
         w.running = false;
-        fail(i, exit_text(status));
+        fail(i, exit_text(status, oom_kills_before_, oom_kill_count()));
       }
       if (reply.kind == Reply::Error) {
         reply.message[sizeof(reply.message) - 1] = '\0';
@@ -382,7 +388,7 @@ void HogwildProcesses::send(const Batch& batch, std::optional<std::int64_t> trac
       auto& w = workers_[static_cast<std::size_t>(i)];
       ::waitpid(w.pid, &status, 0);
       w.running = false;
-      fail(static_cast<int>(i), exit_text(status));
+      fail(static_cast<int>(i), exit_text(status, oom_kills_before_, oom_kill_count()));
     }
   }
   ++next_step_;
@@ -441,6 +447,7 @@ int hogwild_worker_main() {
     const torch::Tensor targets = batch_at(region.data(), control.targets);
     const std::string fault = worker_fault(index);
 
+    while (fault == "hang-start") std::this_thread::sleep_for(std::chrono::seconds(1));  // injected fault
     Reply ready{};
     ready.kind = Reply::Ready;
     if (!write_exactly(kReplyFd, &ready, sizeof(ready))) return 1;

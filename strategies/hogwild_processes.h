@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -38,6 +39,7 @@ struct HogwildProcessesConfig {
   std::int64_t global_batch = 0;
   std::uint64_t seed = 0;
   std::chrono::milliseconds timeout{300000};
+  std::function<bool()> stop_requested = [] { return false; };  // the run's; checked while waiting
 };
 
 struct HogwildProcessesStep {
@@ -88,6 +90,9 @@ class HogwildProcesses {
   std::int64_t next_step_ = 0;
   std::vector<std::int64_t> shard_rows_;  // of the step in flight
   std::int64_t rows_ = 0;
+  // The kernel's OOM-kill count as the workers started: a worker killed by SIGKILL is named the
+  // OOM killer's when it rose since.
+  std::optional<long long> oom_kills_before_;
 };
 
 // A worker process: ddpbench started with DDPBENCH_HOGWILD_WORKER set. Returns its exit code.

@@ -83,7 +83,23 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--pin-memory"}, "--pin-memory", "needs --device cuda"},
         BadInput{{"--dataset-size", "4"}, "--dataset-size", "cannot fill a global batch of 8"},
         BadInput{{"--max-cv", "-0.1"}, "--max-cv", "not a non-negative number"},
-        BadInput{{"--trace", "/no/such/dir"}, "--trace", "does not exist"},
+        BadInput{{"--trace", "/proc/version/traces"}, "--trace", "'/proc/version' is in the way"},
+        BadInput{{"--json", "/no/such/dir/r.json"}, "--json", "does not exist (create it first: mkdir -p '/no/such/dir')"},
+        // An empty value is never the default in disguise.
+        BadInput{{"--trace", ""}, "--trace", "empty value"},
+        BadInput{{"--parity-tolerance", ""}, "--parity-tolerance", "empty value"},
+        BadInput{{"--peak-tflops", ""}, "--peak-tflops", "empty value"},
+        BadInput{{"--steps", ""}, "--steps", "empty value"},
+        // Numbers are decimal, whole, and nothing else: no hex, no blanks on either side, no inf.
+        BadInput{{"--peak-tflops", "0x10"}, "--peak-tflops", "'0x10' is not a positive number"},
+        BadInput{{"--max-cv", "0x1p-3"}, "--max-cv", "not a non-negative number"},
+        BadInput{{"--timeout", "inf"}, "--timeout", "not a number of seconds"},
+        BadInput{{"--steps", " 3"}, "--steps", "' 3' is not a whole number"},
+        BadInput{{"--steps", "3 "}, "--steps", "'3 ' is not a whole number"},
+        BadInput{{"--batch", "0x8"}, "--batch", "not a whole number"},
+        BadInput{{"--no-json"}, "--no-json", "cannot be given with --json"},
+        BadInput{{"--strategy", "ddp", "--checkpoint", "/tmp/ddpbench-never-written.pt", "--checkpoint-every", "1000"},
+                 "--checkpoint-every", "more than the 3 steps of a repetition"},
         BadInput{{"--hogwild-mode", "fibers", "--strategy", "hogwild"}, "--hogwild-mode", "unknown mode 'fibers'"},
         BadInput{{"--sync-every", "0", "--strategy", "hogwild"}, "--sync-every", "at least 1"},
         BadInput{{"--sync-every", "2", "--strategy", "single"}, "--sync-every", "applies to hogwild only"},
@@ -322,28 +338,84 @@ TEST(Cli, TraceHasEveryMeasuredStepWithItsPhasesNestedInside) {
   }
 }
 
+TEST(Cli, NumbersInEveryDecimalSpellingAreAccepted) {
+  for (const auto& value : {"0.05", "5e-2", ".5", "+1", "1.", "2E1"}) {
+    SCOPED_TRACE(value);
+    ScratchDir dir;
+    const auto r = run_process(tiny_run(dir.file("r.json"), {"--strategy", "single", "--max-cv", value}));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+}
+
+TEST(Cli, OutOfMemoryIsItsOwnStatusAndTheRunGoesOn) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  // A dataset of 10^11 samples: no machine has the memory, and LibTorch's CPU allocator says
+  // "can't allocate memory", not "out of memory".
+  const auto r = run_process(tiny_run(path, {"--strategy", "single,dp", "--dataset-size", "100000000000"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const json doc = json::parse(read_text(path));
+  int oom = 0;
+  for (const auto& b : doc["benchmarks"]) {
+    EXPECT_EQ(b["ddpbench"]["status"], "oom") << b["run_name"];
+    EXPECT_NE(b["ddpbench"]["reason"].get<std::string>().find("can't allocate memory"), std::string::npos);
+    ++oom;
+  }
+  EXPECT_EQ(oom, 2) << "the case after the first out-of-memory case was not tried";
+  EXPECT_NE(r.err.find("ddpbench: error: mlp/dp/world:2 oom: "), std::string::npos) << r.err;
+}
+
+TEST(Cli, MoreThreadsThanCoresRunsButSaysSo) {
+  ScratchDir dir;
+  const auto r = run_process(tiny_run(dir.file("r.json"), {"--strategy", "single", "--threads", "64"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("ddpbench: warning: --threads 64 on each of 2 device(s) is 128 threads on"), std::string::npos)
+      << r.err;
+  const auto quiet = run_process(tiny_run(dir.file("r.json"), {"--strategy", "single", "--threads", "1"}));
+  EXPECT_EQ(quiet.err.find("warning"), std::string::npos) << quiet.err;
+}
+
+TEST(Cli, TraceMakesItsDirectory) {
+  ScratchDir dir;
+  const auto traces = dir.file("new/deeper");
+  const auto r = run_process(tiny_run(dir.file("r.json"), {"--strategy", "single", "--trace", traces}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(directory_entries(traces), std::vector<std::string>{"ddpbench-rank0.json"});
+  // A refused run makes nothing: the directory is the last thing checked.
+  const auto refused = run_process(tiny_run(dir.file("r.json"), {"--strategy", "fsdp", "--trace", dir.file("never")}));
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_FALSE(path_exists(dir.file("never")));
+}
+
 TEST(Cli, AHungStepEndsTheRunWithinTheTimeoutKeepingWhatWasMeasured) {
   ScratchDir dir;
   const auto path = dir.file("r.json");
   // DDPBENCH_FAULT_HANG makes the first measured step of that case hang (fault injection).
-  const auto r = run_process(tiny_run(path, {"--strategy", "single,dp", "--timeout", "2"}), /*kill_after_ms=*/60000,
-                             {{"DDPBENCH_FAULT_HANG", "mlp/dp/world:2"}});
+  const auto r = run_process(tiny_run(path, {"--strategy", "single,dp,dp-loss-in-model", "--timeout", "2"}),
+                             /*kill_after_ms=*/60000, {{"DDPBENCH_FAULT_HANG", "mlp/dp/world:2"}});
   ASSERT_EQ(r.signal, 0) << "still running after 60 s: the watchdog did not end it";
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_LT(r.seconds, 30);
   EXPECT_NE(r.err.find("mlp/dp/world:2: timed out: no step finished within 2 s (--timeout)"), std::string::npos) << r.err;
   const json doc = json::parse(read_text(path));
   EXPECT_FALSE(doc["context"]["ddpbench"]["complete"].get<bool>());
-  bool single_kept = false, dp_failed = false;
+  bool single_kept = false, dp_failed = false, never_reached = false;
   for (const auto& b : doc["benchmarks"]) {
     if (b["run_name"] == "mlp/single/world:1" && b["run_type"] == "iteration") single_kept = true;
     if (b["run_name"] == "mlp/dp/world:2") {
-      dp_failed = b["ddpbench"]["status"] == "failed" &&
+      dp_failed = b["ddpbench"]["status"] == "failed" && b["error_occurred"] == true &&
                   b["ddpbench"]["reason"].get<std::string>().find("timed out") != std::string::npos;
+    }
+    // The case after the hung one never ran: it says so, rather than "ok" with nothing behind it.
+    if (b["run_name"] == "mlp/dp-loss-in-model/world:2") {
+      never_reached = b["ddpbench"]["status"] == "not_run" && b["error_occurred"] == true &&
+                      b["ddpbench"]["reason"] == "not run: the --timeout watchdog stopped the run first";
     }
   }
   EXPECT_TRUE(single_kept) << "the repetition measured before the hang is lost";
   EXPECT_TRUE(dp_failed);
+  EXPECT_TRUE(never_reached);
+  EXPECT_NE(r.out.find("mlp/dp-loss-in-model/world:2  not_run"), std::string::npos) << r.out;
 }
 
 TEST(Cli, KilledRunLeavesNoTruncatedJson) {
@@ -457,6 +529,38 @@ TEST(Cli, ASecondLiveRunMayNotWriteTheSameJson) {
   const auto third = run_process(tiny_run(path, {"--strategy", "single"}));
   EXPECT_EQ(third.exit_code, 0) << third.err;
   EXPECT_EQ(directory_entries(dir.path()), std::vector<std::string>{"results.json"});
+}
+
+// SIGINT or SIGTERM ends a run within 2 s in whatever phase it is, with the 130 of an interrupt.
+// (The rendezvous and worker start-up phases are tested with ddp and hogwild.)
+TEST(Cli, SignalsDuringTheParityCheckEndTheRunWithinTwoSeconds) {
+  for (int signal : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(strsignal(signal));
+    ScratchDir dir;
+    const auto path = dir.file("r.json");
+    // 10000 parity steps of wide-logits: minutes, so the signal lands in the parity check.
+    const auto r = run_process(tiny_run(path, {"--workload", "wide-logits", "--strategy", "single,dp", "--parity-steps",
+                                               "10000"}),
+                               /*kill_after_ms=*/2000, {}, signal);
+    EXPECT_EQ(r.exit_code, 130) << r.err;
+    EXPECT_LT(r.seconds_after_signal, 2.0);
+    const json doc = json::parse(read_text(path));
+    EXPECT_TRUE(doc["context"]["ddpbench"].contains("interruption"));
+    for (const auto& b : doc["benchmarks"]) {
+      EXPECT_EQ(b["ddpbench"]["status"], "not_run") << b["run_name"];
+      EXPECT_EQ(b["ddpbench"]["reason"], "not run: the run was interrupted first");
+    }
+  }
+}
+
+TEST(Cli, SignalsDuringMeasurementEndTheRunWithinTwoSeconds) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  const auto r = run_process(tiny_run(path, {"--strategy", "single,dp", "--steps", "1000000", "--parity-steps", "0"}),
+                             /*kill_after_ms=*/2000, {}, SIGTERM);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_LT(r.seconds_after_signal, 2.0);
+  EXPECT_FALSE(json::parse(read_text(path))["context"]["ddpbench"]["complete"].get<bool>());
 }
 
 TEST(Cli, InterruptKeepsMeasuredRepetitions) {

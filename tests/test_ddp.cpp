@@ -515,6 +515,28 @@ TEST(DdpExternalLaunch, UnreachableMasterIsBadInputWithinTheTimeout) {
   EXPECT_LT(r.seconds, 3 + 10);
 }
 
+TEST(DdpExternalLaunch, ASignalWhileWaitingForTheOtherRanksEndsTheRankAtOnce) {
+  // Rank 0 of two, and rank 1 never comes: the rendezvous would wait out --timeout.
+  for (int signal : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(strsignal(signal));
+    const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--timeout", "60"}), /*kill_after_ms=*/1500,
+                               rank_vars(0, 2, free_port()), signal);
+    EXPECT_EQ(r.exit_code, 130) << r.err;
+    EXPECT_LT(r.seconds_after_signal, 2.0);
+    EXPECT_NE(r.err.find("interrupted while waiting for the other ranks to join"), std::string::npos) << r.err;
+  }
+}
+
+TEST(DdpRun, ASignalDuringTheRanksWorkEndsEveryRankWithinTwoSeconds) {
+  ScratchDir dir;
+  const auto marker = testing::unique_marker();
+  const auto r = run_process(ddp_run(dir.file("r.json"), {"--strategy", "ddp", "--steps", "100000"}),
+                             /*kill_after_ms=*/3000, {marker}, SIGINT);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_LT(r.seconds_after_signal, 2.0);
+  EXPECT_TRUE(testing::processes_with(testing::marker_text(marker)).empty()) << "a rank outlived the run";
+}
+
 TEST(DdpCli, DdpFlagsWithoutDdpAreBadInput) {
   const auto r = run_process(ddp_run("", {"--strategy", "single", "--bucket-mb", "4"}));
   EXPECT_EQ(r.exit_code, 2);

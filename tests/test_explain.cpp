@@ -43,6 +43,24 @@ TEST(Explain, NamesTheFastestAndTheLargestExtraCostOfEachOther) {
   EXPECT_NE(why[0].lines[2].find("in backward"), std::string::npos) << why[0].lines[2];
 }
 
+TEST(Explain, AFailedCaseIsNeverRankedWhateverItKept) {
+  RunRecord record;
+  record.cases.push_back(make_case("single", 1, 1.0, {{Phase::Backward, 0.6}}));
+  // Failed in its third repetition after two fast ones: those are partial, not a result.
+  CaseRecord failed = make_case("ddp", 2, 0.1, {{Phase::Backward, 0.05}});
+  failed.status = CaseStatus::Failed;
+  failed.reason = "rank 1 exited: signal 9";
+  record.cases.push_back(failed);
+  CaseRecord not_run = make_case("dp", 2, 0.05, {});
+  not_run.repetitions.clear();
+  not_run.status = CaseStatus::NotRun;
+  record.cases.push_back(not_run);
+  const auto why = explain(record);
+  ASSERT_EQ(why.size(), 1u);
+  EXPECT_EQ(why[0].fastest, "wide-logits/single/world:1");
+  EXPECT_EQ(why[0].lines.size(), 1u);
+}
+
 TEST(Explain, NothingMeasuredNothingToSay) {
   RunRecord record;
   CaseRecord skipped;

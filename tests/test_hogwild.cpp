@@ -355,6 +355,17 @@ TEST(HogwildProcessesRun, SigtermToTheParentEndsEveryWorker) {
   EXPECT_EQ(hogwild_shared_memory(), shm_before);
 }
 
+TEST(HogwildProcessesRun, ASignalWhileWorkersStartEndsTheRunWithinTwoSeconds) {
+  // Worker 1 never says it is ready: without the signal the parent would wait out --timeout.
+  ScratchDir dir;
+  const auto marker = testing::unique_marker();
+  const auto r = run_process(hogwild_run(dir.file("r.json"), {"--hogwild-mode", "processes", "--timeout", "60"}),
+                             /*kill_after_ms=*/3000, {{"DDPBENCH_FAULT_WORKER", "1:hang-start"}, marker}, SIGTERM);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_LT(r.seconds_after_signal, 2.0);
+  EXPECT_TRUE(processes_gone(marker)) << "a worker outlived the run";
+}
+
 TEST(HogwildProcessesRun, SigkillToTheParentTakesTheWorkersWithIt) {
   ScratchDir dir;
   const auto marker = testing::unique_marker();

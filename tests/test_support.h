@@ -31,6 +31,7 @@ struct ProcessResult {
   std::string out;
   std::string err;
   double seconds = 0;  // from start to reaped: how long the run took
+  double seconds_after_signal = 0;  // from the kill_after_ms signal to reaped: how promptly it ended
 };
 
 inline std::string read_text(const std::string& path) {
@@ -145,6 +146,7 @@ inline ProcessResult run_process(const std::vector<std::string>& args, int kill_
       if (std::chrono::steady_clock::now() >= deadline) {
         ::kill(pid, kill_signal);
         ::waitpid(pid, &status, 0);
+        r.seconds_after_signal = std::chrono::duration<double>(std::chrono::steady_clock::now() - deadline).count();
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -1,4 +1,7 @@
-"""ddpbench-report on real results: charts written, embedded, escaped, and rendered by Chromium."""
+"""ddpbench-report on real results: charts written, embedded, escaped, and rendered by Chromium; and
+on fuzzed hostile files, which get an exit code, never a traceback."""
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -6,7 +9,9 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
+import hostile
 from build_paths import BUILD, ROOT  # noqa: E402,F401
 sys.path.insert(0, ROOT)
 from reports import report  # noqa: E402
@@ -120,3 +125,70 @@ def test_asynchronous_cases_get_their_loss_against_samples_seen(tmp_path):
     # Without an asynchronous case there is no loss chart: every curve would match single's.
     report.write_report([WORLD2], str(tmp_path / "plain"))
     assert not (tmp_path / "plain" / "loss.png").exists()
+
+
+def write_doc(tmp_path, doc, name="doc.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_dollar_signs_in_names_are_text_not_math(tmp_path):
+    doc = json.load(open(WORLD2))
+    for b in doc["benchmarks"]:
+        b["run_name"] = b["run_name"].replace("mlp/", "mlp $\\frac{x$ /")
+    index, charts = report.write_report([write_doc(tmp_path, doc)], str(tmp_path / "out"))
+    assert "step_times.png" in {os.path.basename(c) for c in charts}
+    assert "mlp $\\frac{x$ /dp/world:2" in open(index).read()
+
+
+def test_extreme_values_are_refused_with_one_line(tmp_path):
+    doc = json.load(open(WORLD2))
+    next(b for b in doc["benchmarks"] if b["run_type"] == "iteration")["items_per_second"] = 1e308
+    out = tmp_path / "out"
+    r = subprocess.run([SCRIPT, write_doc(tmp_path, doc), "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "items_per_second is 1e+308, not a usable number" in r.stderr
+    assert not out.exists()
+
+
+def test_an_output_that_is_a_file_exits_two(tmp_path):
+    target = tmp_path / "taken"
+    target.write_text("keep me")
+    r = subprocess.run([SCRIPT, WORLD2, "-o", str(target)], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "is a file, not a directory" in r.stderr
+    assert target.read_text() == "keep me"
+
+
+def test_failed_cases_are_never_ranked(tmp_path):
+    """A case that failed in a later repetition keeps its earlier ones, marked errors: it is listed
+    as failed, and neither the verdict nor the charts rank it."""
+    doc = json.load(open(WORLD2))
+    doc.pop("ddpbench", None)  # the verdict computed here, from throughput
+    for b in doc["benchmarks"]:
+        if b["run_name"] == "mlp/dp/world:2":
+            b["ddpbench"].update(status="failed", reason="rank 1 died", partial=True)
+            b.update(error_occurred=True, error_message="rank 1 died")
+            b["items_per_second"] = b.get("items_per_second", 1) * 100  # would be fastest by far
+    index, _ = report.write_report([write_doc(tmp_path, doc)], str(tmp_path / "out"))
+    page = open(index).read()
+    assert "<td>mlp/dp/world:2</td><td>failed</td>" in page
+    verdicts = page[page.index("Verdict per workload"):page.index("<h2>Cases")]
+    assert "dp world 2" not in verdicts and "fastest is" in verdicts
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(content=hostile.hostile_file_bytes([json.load(open(WORLD2)),
+                                           json.load(open(os.path.join(FIXTURES, "mlp-hogwild-cpu-world2.json")))]))
+def test_fuzzed_files_get_an_exit_code_never_a_traceback(tmp_path, content):
+    path = tmp_path / "fuzzed.json"
+    path.write_bytes(content)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = report.main([str(path), "-o", str(tmp_path / "out")])
+        except SystemExit as e:
+            code = e.code
+    assert code in (0, 2)
+    if code == 2:
+        assert err.getvalue().count("\n") == 1, err.getvalue()

@@ -9,33 +9,42 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from reports import stats  # noqa: E402
 
 
-def test_exact_u_test_of_fully_separated_samples():
-    # 5 vs 5, all of a below all of b: U = 0, exact two-sided p = 2 / C(10, 5) = 2 / 252.
-    u, p = stats.mann_whitney_u([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
-    assert u == 0
-    assert p == pytest.approx(2 / 252)
+def test_t_quantiles_match_the_tables():
+    # Two-sided 95%: the textbook table's 12.706 (1 df), 2.776 (4), 2.228 (10); the normal's 1.960.
+    for df, t in ((1, 12.706), (4, 2.776), (10, 2.228), (1e6, 1.960)):
+        assert stats.t_quantile(0.975, df) == pytest.approx(t, abs=1e-3)
+    assert stats.t_quantile(0.995, 5) == pytest.approx(4.032, abs=1e-3)
+    # fractional degrees of freedom, as Welch's give, fall between their neighbours
+    assert 3.182 < stats.t_quantile(0.975, 2.5) < 4.303
 
 
-def test_exact_u_test_of_interleaved_samples_is_not_significant():
-    u, p = stats.mann_whitney_u([1, 3, 5, 7, 9], [2, 4, 6, 8, 10])
-    assert u == 10
-    assert p > 0.5
+def test_incomplete_beta_known_values():
+    assert stats.incomplete_beta(0.5, 2, 2) == pytest.approx(0.5)
+    assert stats.incomplete_beta(0.3, 1, 1) == pytest.approx(0.3)  # the uniform distribution
+    assert stats.incomplete_beta(0.2, 2, 3) == pytest.approx(0.1808)  # by hand: 6x^2 - 8x^3 + 3x^4
+    assert stats.t_cdf(0, 3) == pytest.approx(0.5)
 
 
-def test_u_test_is_symmetric():
-    a, b = [1.0, 2.5, 3.1], [2.0, 4.0, 5.5, 6.0]
-    ua, pa = stats.mann_whitney_u(a, b)
-    ub, pb = stats.mann_whitney_u(b, a)
-    assert ua + ub == len(a) * len(b)
-    assert pa == pytest.approx(pb)
+def test_ratio_interval_brackets_the_ratio_and_narrows_with_samples():
+    base = [10.0, 10.4, 9.7, 10.1, 9.9]
+    current = [x * 1.2 for x in base]
+    low, high = stats.ratio_interval(base, current)
+    assert low < 1.2 < high
+    # the same two spreads: the ratio of geometric means is exactly 1.2, the interval symmetric in logs
+    assert math.log(high / 1.2) == pytest.approx(math.log(1.2 / low))
+    wide = stats.ratio_interval(base[:2], current[:2])
+    assert wide[1] - wide[0] > high - low
+    assert stats.ratio_interval([10.0], [12.0, 12.1]) is None  # no spread on one side: no interval
+    assert stats.ratio_interval([10.0, 10.0], [12.0, 12.0]) == pytest.approx((1.2, 1.2))
 
 
-def test_ties_use_the_normal_approximation():
-    # Identical samples: no evidence of a difference at all.
-    _, p = stats.mann_whitney_u([5, 5, 5, 5], [5, 5, 5, 5])
-    assert p == 1.0
-    _, p = stats.mann_whitney_u([1, 1, 2, 2, 3, 3], [7, 7, 8, 8, 9, 9])
-    assert p < 0.01
+def test_ratio_interval_against_welchs_test_by_hand():
+    # logs of a: 0, ln 2; of b: ln 2, ln 4. Means 0.3466 and 1.0397; both variances 0.2402, so se =
+    # sqrt(0.2402/2 * 2) = 0.4901 and Welch's df = 2; t(0.975, 2) = 4.3027.
+    low, high = stats.ratio_interval([1.0, 2.0], [2.0, 4.0])
+    d, half = math.log(2), 4.3027 * math.sqrt(math.log(2) ** 2 / 2)
+    assert low == pytest.approx(math.exp(d - half), rel=1e-4)
+    assert high == pytest.approx(math.exp(d + half), rel=1e-4)
 
 
 def test_median_cv_and_geometric_mean():
