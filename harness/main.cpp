@@ -26,6 +26,7 @@
 #include "harness/run_context.h"
 #include "harness/runner.h"
 #include "harness/table_report.h"
+#include "harness/torch_compat.h"
 #include "harness/trace.h"
 #include "strategies/hogwild_processes.h"
 
@@ -69,6 +70,19 @@ void warn_if_oversubscribed(const ddpbench::CommandLine& cmd, const ddpbench::De
                "ddpbench: warning: --threads %d on each of %d device(s) is %d threads on %d core(s): they will take "
                "turns, and steps will be slower than the cores allow\n",
                devices.threads_per_device(), devices.size(), threads, cores);
+}
+
+// One line on stderr per case that failed or ran out of memory; the exit code of the run.
+int report_failures(const ddpbench::RunRecord& record, const std::string& who) {
+  int code = 0;
+  for (const auto& c : record.cases) {
+    if (c.status == ddpbench::CaseStatus::Failed || c.status == ddpbench::CaseStatus::Oom) {
+      std::fprintf(stderr, "ddpbench: error: %s%s %s: %s\n", who.c_str(), c.spec.name().c_str(), to_string(c.status),
+                   c.reason.c_str());
+      code = 1;
+    }
+  }
+  return code;
 }
 
 std::string self_executable() {
@@ -189,10 +203,8 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
     if (env.rank == 0) std::cout << "trace: " << path << " (one file per rank)\n";
   }
   if (!record.interruption.empty()) return 130;
-  for (const auto& c : record.cases) {
-    if (c.status == CaseStatus::Failed || c.status == CaseStatus::Oom) return 1;
-  }
-  return 0;
+  // Every rank says why it failed on its own stderr: the table is rank 0's alone.
+  return report_failures(record, "rank " + std::to_string(env.rank) + ": ");
 }
 
 int run(const std::vector<std::string>& args) {
@@ -288,20 +300,14 @@ int run(const std::vector<std::string>& args) {
   if (trace) std::cout << "trace: " << join(trace->write(*cmd.trace_dir)) << '\n';
 
   if (!record.interruption.empty()) return 130;
-  int code = 0;
-  for (const auto& c : record.cases) {
-    if (c.status == CaseStatus::Failed || c.status == CaseStatus::Oom) {
-      std::fprintf(stderr, "ddpbench: error: %s %s: %s\n", c.spec.name().c_str(), to_string(c.status), c.reason.c_str());
-      code = 1;
-    }
-  }
-  return code;
+  return report_failures(record, "");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv, argv + argc);
+  ddpbench::compat::silence_library_logging();  // ddpbench says each error in one line of its own
   // A Hogwild worker process started by a run of this executable: it takes no command line.
   if (ddpbench::is_hogwild_worker_process()) return ddpbench::hogwild_worker_main();
   try {

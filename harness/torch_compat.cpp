@@ -4,6 +4,11 @@
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 
+#include <c10/util/Logging.h>
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -25,6 +30,17 @@ namespace ddpbench::compat {
 
 void WrappingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
   std::memcpy(dest, src, count);
+}
+
+void silence_library_logging() {
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") != nullptr || std::getenv("GLOG_minloglevel") != nullptr) return;
+  constexpr int kFatal = 3;  // glog's and c10's numbering: INFO 0, WARNING 1, ERROR 2, FATAL 3
+  FLAGS_caffe2_log_level = kFatal;  // c10's own logging, in builds without glog
+  // glog's threshold (fLI::FLAGS_minloglevel), looked up at run time: builds with glog have it in
+  // the process, and ddpbench needs neither glog's headers nor a link to it.
+  if (auto* glog_level = static_cast<std::int32_t*>(dlsym(RTLD_DEFAULT, "_ZN3fLI17FLAGS_minloglevelE"))) {
+    *glog_level = kFatal;
+  }
 }
 
 std::string torch_version() { return TORCH_VERSION; }

@@ -38,6 +38,12 @@ class WrappingAllocator : public c10::Allocator {
   c10::Allocator* inner_;
 };
 
+// LibTorch's own log lines (c10d's socket retries and timeouts as W/E lines, glog's "Logging before
+// InitGoogleLogging()") say again, in another format, what ddpbench's one-line errors say: below
+// FATAL they are silenced, in builds with glog (Debian's 1.13) and without (2.x). A user who sets
+// TORCH_CPP_LOG_LEVEL or GLOG_minloglevel keeps what they asked for.
+void silence_library_logging();
+
 std::string torch_version();
 std::optional<std::string> cuda_version();  // CUDA runtime LibTorch was built with; none on CPU builds
 std::optional<std::string> nccl_version();  // NCCL LibTorch was built with; none on CPU builds
