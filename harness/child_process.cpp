@@ -88,7 +88,8 @@ std::optional<std::string> own_cgroup(const std::string& controller) {
     const auto first = line.find(':'), second = line.find(':', first + 1);
     if (first == std::string::npos || second == std::string::npos) continue;
     const std::string controllers = line.substr(first + 1, second - first - 1);
-    if (controller.empty() ? line.rfind("0::", 0) == 0 : ("," + controllers + ",").find("," + controller + ",") != std::string::npos) {
+    if (controller.empty() ? line.rfind("0::", 0) == 0
+                           : ("," + controllers + ",").find("," + controller + ",") != std::string::npos) {
       return line.substr(second + 1);
     }
   }

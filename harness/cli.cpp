@@ -90,6 +90,40 @@ double parse_positive(const std::string& flag, const std::string& value, const s
 
 }  // namespace
 
+namespace {
+
+// --repetitions, --target-precision, --min-time and --max-time into the runner's sampling options
+// (the defaults in cli.h).
+void parse_sampling(const std::optional<std::string>& repetitions, const std::string& target_precision,
+                    const std::string& min_time, const std::string& max_time, CommandLine& cmd) {
+  auto& r = cmd.runner;
+  cmd.sampling_given = !target_precision.empty() || !min_time.empty() || !max_time.empty();
+  if (repetitions) r.repetitions = static_cast<int>(parse_count("--repetitions", *repetitions, 1, 10000));
+  r.target_precision = !target_precision.empty() ? parse_fraction("--target-precision", target_precision)
+                       : repetitions             ? 0
+                                                 : kDefaultTargetPrecision;
+  if (r.target_precision == 0) {
+    if (!min_time.empty() || !max_time.empty()) {
+      throw UsageError(std::string(!min_time.empty() ? "--min-time" : "--max-time") +
+                       ": applies to adaptive sampling, which --repetitions without --target-precision turns off");
+    }
+    if (!repetitions) r.repetitions = kDefaultRepetitions;
+    return;
+  }
+  if (r.target_precision >= 1) throw UsageError("--target-precision: " + target_precision + " is +-100% or more");
+  if (!repetitions) r.repetitions = kDefaultMinRepetitions;
+  if (r.repetitions < 2) throw UsageError("--repetitions: adaptive sampling needs at least 2 (an interval needs two)");
+  r.min_time_seconds = min_time.empty() ? kDefaultMinTimeSeconds : parse_fraction("--min-time", min_time);
+  r.max_time_seconds = max_time.empty() ? kDefaultMaxTimeSeconds : parse_seconds("--max-time", max_time);
+  if (r.max_time_seconds < r.min_time_seconds) {
+    std::ostringstream seconds;
+    seconds << r.max_time_seconds;
+    throw UsageError("--max-time: " + seconds.str() + " s is less than --min-time " + min_time);
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> expand_names(const std::string& flag, const std::string& value,
                                       const std::vector<std::string>& known) {
   std::vector<std::string> out;
@@ -140,7 +174,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                                         (compat::built_with_cuda() ? ", CUDA" : ", CPU only") + ")");
   std::string strategies = "all", workloads = "mlp", device = "auto", world_size, batch, steps = "30", warmup = "5",
               repetitions = "5", seed = "42", threads, timeout = "300", json = "ddpbench-results.json",
-              loader_workers = "0", dataset_size, parity_steps = "3", parity_tolerance, max_cv = "0.05",
+              loader_workers = "0", dataset_size, parity_steps = "3", parity_tolerance, max_cv = "0.05", slow_by = "0",
               dtype = "fp32";
   bool list = false, no_json = false, pin_memory = false;
 
@@ -151,7 +185,15 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_option("--batch", batch, "global batch over all devices (default: the workload's)");
   app.add_option("--steps", steps, "measured steps per repetition")->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured steps before each repetition")->capture_default_str();
-  app.add_option("--repetitions", repetitions, "repetitions per case, interleaved across cases")->capture_default_str();
+  app.add_option("--repetitions", repetitions,
+                 "repetitions per case, interleaved across cases (default: adaptive, see --target-precision)");
+  std::string target_precision, min_time, max_time;
+  app.add_option("--target-precision", target_precision,
+                 "repeat each case until the 95% interval of its step time is within +-this (default 0.03; 0: "
+                 "exactly --repetitions); --repetitions is then the fewest");
+  app.add_option("--min-time", min_time, "adaptive sampling: measured seconds a case runs at least (default 1)");
+  app.add_option("--max-time", max_time,
+                 "adaptive sampling: seconds a case may take before it stops unresolved (default 20)");
   app.add_option("--seed", seed, "seed of the weights, the data and the shuffle")->capture_default_str();
   app.add_option("--threads", threads, "intra-op threads per device/worker (default: cores / world size)");
   app.add_option("--timeout", timeout, "seconds before a stuck rendezvous, collective or step fails the case")
@@ -174,6 +216,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_option("--dtype", dtype, "fp32, or mixed precision with autocast: bf16 | fp16 (fp16: CUDA only)")
       ->capture_default_str();
   app.add_option("--max-cv", max_cv, "mark a case noisy when its repetitions vary more (0.05 = 5%)")
+      ->capture_default_str();
+  app.add_option("--slow-by", slow_by,
+                 "make every step this fraction slower (0.1 = 10%) by sleeping inside it: to measure what a CI "
+                 "gate detects, never in a real measurement")
       ->capture_default_str();
   std::string bucket_mb = "25", checkpoint, checkpoint_every;
   bool no_overlap = false, grad_as_bucket_view = false, sync_bn = false;
@@ -236,7 +282,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (!batch.empty()) r.global_batch = parse_count("--batch", batch, 1);
   r.steps = static_cast<int>(parse_count("--steps", steps, 1, 1000000));
   r.warmup = static_cast<int>(parse_count("--warmup", warmup, 0, 1000000));
-  r.repetitions = static_cast<int>(parse_count("--repetitions", repetitions, 1, 10000));
+  parse_sampling(app.count("--repetitions") > 0 ? std::optional<std::string>(repetitions) : std::nullopt,
+                 target_precision, min_time, max_time, cmd);
   r.seed = static_cast<std::uint64_t>(parse_count("--seed", seed, 0));
   r.timeout_seconds = parse_seconds("--timeout", timeout);
   r.loader.workers = static_cast<int>(parse_count("--loader-workers", loader_workers, 0, 64));
@@ -248,6 +295,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   r.parity_tolerance = parity_tolerance.empty() ? default_parity_tolerance(r.precision)
                                                 : parse_fraction("--parity-tolerance", parity_tolerance);
   r.max_cv = parse_fraction("--max-cv", max_cv);
+  r.slow_by = parse_fraction("--slow-by", slow_by);
+  if (r.slow_by > 10) throw UsageError("--slow-by: " + slow_by + " is more than 10 (an elevenfold step)");
   if (!trace_dir.empty()) cmd.trace_dir = trace_dir;
 
   auto& ddp = r.strategy.ddp;
@@ -306,8 +355,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
 
 std::vector<std::string> rank_command_line(const RunnerOptions& options, const DeviceSet& devices,
                                            const std::string& workload, const std::string& strategy) {
-  std::ostringstream tolerance, cv, timeout, bucket;
+  std::ostringstream tolerance, cv, timeout, bucket, slow_by;
   tolerance << options.parity_tolerance;
+  slow_by << options.slow_by;
   cv << options.max_cv;
   timeout << options.timeout_seconds;
   bucket << options.strategy.ddp.bucket_mb;
@@ -325,6 +375,7 @@ std::vector<std::string> rank_command_line(const RunnerOptions& options, const D
                                    "--parity-tolerance", tolerance.str(),
                                    "--dtype", to_string(options.precision),
                                    "--max-cv", cv.str(),
+                                   "--slow-by", slow_by.str(),
                                    "--bucket-mb", bucket.str(),
                                    "--no-json"};
   if (options.global_batch) args.insert(args.end(), {"--batch", std::to_string(*options.global_batch)});

@@ -10,6 +10,16 @@
 
 namespace ddpbench {
 
+// Sampling when the command line says nothing of it: adaptive, each case until the 95% interval of
+// its step time is within +-3% (chosen from this project's measurements; docs/ci.md), after at
+// least 3 repetitions and 1 s of measured steps, for at most 20 s. --repetitions alone: exactly
+// that many, 5 under torchrun/Slurm (whose ranks could not agree on when to stop).
+constexpr double kDefaultTargetPrecision = 0.03;
+constexpr int kDefaultMinRepetitions = 3;
+constexpr double kDefaultMinTimeSeconds = 1;
+constexpr double kDefaultMaxTimeSeconds = 20;
+constexpr int kDefaultRepetitions = 5;
+
 struct CommandLine {
   enum class Action { Run, List, Help, Version };
   Action action = Action::Run;
@@ -18,6 +28,7 @@ struct CommandLine {
   DeviceRequest devices;
   std::optional<std::string> json_path;  // none: --no-json
   std::optional<std::string> trace_dir;  // --trace DIR
+  bool sampling_given = false;  // --target-precision, --min-time or --max-time on the command line
 };
 
 // `args` includes the program name. Throws UsageError.

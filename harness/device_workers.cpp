@@ -9,7 +9,8 @@ namespace ddpbench {
 
 DeviceWorkers::DeviceWorkers(const DeviceSet& devices, int count) : errors_(static_cast<size_t>(count)) {
   for (int i = 0; i < count; ++i) {
-    threads_.emplace_back([this, i, t = devices.threads_per_device(), cuda = devices.is_cuda()] { loop(i, t, cuda); });
+    threads_.emplace_back(
+        [this, i, count, t = devices.threads_per_device(), cuda = devices.is_cuda()] { loop(i, count, t, cuda); });
   }
 }
 
@@ -22,7 +23,11 @@ DeviceWorkers::~DeviceWorkers() {
   for (auto& t : threads_) t.join();
 }
 
-void DeviceWorkers::loop(int index, int threads_per_device, bool cuda) {
+void DeviceWorkers::loop(int index, int count, int threads_per_device, bool cuda) {
+  // A CPU virtual device keeps to its own cores, as ranks and Hogwild worker processes do: the
+  // scheduler then cannot move one device's work onto another's cores mid-step, which shows as noise.
+  // Before the OpenMP team exists, so that its threads inherit the cores.
+  if (!cuda) pin_to_core_slice(index, count, threads_per_device);
   at::set_num_threads(threads_per_device);  // this thread's OpenMP team size
   if (cuda) compat::cuda_set_device(index);
   CpuMemoryCounter::DeviceScope charge_to(index);

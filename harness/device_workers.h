@@ -30,7 +30,7 @@ class DeviceWorkers {
   void run(const std::function<void(int)>& task);
 
  private:
-  void loop(int index, int threads_per_device, bool cuda);
+  void loop(int index, int count, int threads_per_device, bool cuda);
 
   std::vector<std::thread> threads_;
   std::mutex mutex_;

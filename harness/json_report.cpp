@@ -53,6 +53,10 @@ json context_json(const RunRecord& record) {
         {"parity_tolerance", s.parity_tolerance},
         {"dtype", to_string(s.precision)},
         {"max_cv", s.max_cv},
+        {"slow_by", s.slow_by},
+        {"target_precision", s.target_precision > 0 ? json(s.target_precision) : json(nullptr)},
+        {"min_time_seconds", s.target_precision > 0 ? json(s.min_time_seconds) : json(nullptr)},
+        {"max_time_seconds", s.target_precision > 0 ? json(s.max_time_seconds) : json(nullptr)},
         {"loader_workers", s.loader_workers},
         {"pin_memory", s.pin_memory},
         {"timeout_seconds", s.timeout_seconds},
@@ -60,6 +64,11 @@ json context_json(const RunRecord& record) {
         {"phase_timer", s.device_kind == DeviceKind::Cuda ? "cuda_events" : "steady_clock"}}},
       {"complete", record.complete},
   };
+  json floor = json::array();
+  for (const auto& f : record.noise_floor) {
+    floor.push_back({{"workload", f.workload}, {"cv", f.cv}, {"repetitions", f.repetitions}, {"from", "single"}});
+  }
+  ddp["noise_floor"] = floor;
   if (!record.interruption.empty()) ddp["interruption"] = record.interruption;
   return {
       {"date", c.date},
@@ -193,7 +202,12 @@ json case_fields(const CaseRecord& c) {
               {"gradient_bytes", c.facts.gradient_bytes},
               {"flops_per_sample", c.facts.flops_per_sample}}},
             {"parity", parity_json(c.parity)},
-            {"noisy", c.noisy}};
+            {"noisy", c.noisy},
+            // The 95% interval of the step time over repetitions, relative; unresolved: adaptive
+            // sampling stopped at --max-time short of --target-precision.
+            {"precision", {{"achieved_ci95", optional_json(c.achieved_precision)}, {"unresolved", c.unresolved},
+                           {"seconds_spent", c.seconds_spent}}},
+            {"cv_over_noise_floor", optional_json(c.cv_over_noise_floor)}};
   if (c.loss_vs_single) {
     f["loss_vs_single"] = {{"samples_seen", c.loss_vs_single->samples_seen},
                            {"loss", finite_or_null(c.loss_vs_single->loss)},
@@ -209,7 +223,8 @@ json base_entry(const CaseRecord& c, int family_index, const std::string& name, 
           {"family_index", family_index},
           {"per_family_instance_index", 0},
           {"run_name", c.spec.name()},
-          {"repetitions", s.repetitions},
+          // Adaptive sampling gives each case its own count; a case not measured says what was asked.
+          {"repetitions", c.repetitions.empty() ? s.repetitions : static_cast<int>(c.repetitions.size())},
           {"threads", 1},
           {"time_unit", "ms"}};
 }

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,8 @@ void on_stop_signal(int signal) {
 // While a rank waits for the others to join, nothing is measured and c10d's rendezvous blocks
 // until --timeout: a signal ends the process at once (async-signal-safe calls only).
 void on_signal_while_joining(int) {
-  static const char message[] = "ddpbench: interrupted while waiting for the other ranks to join; nothing was measured\n";
+  static const char message[] =
+      "ddpbench: interrupted while waiting for the other ranks to join; nothing was measured\n";
   if (::write(STDERR_FILENO, message, sizeof(message) - 1) < 0) {
     // nothing more can be said
   }
@@ -51,6 +53,19 @@ std::string describe(const ddpbench::DeviceSet& devices) {
   const std::string kind = devices.is_cuda() ? "CUDA device(s)" : "CPU virtual device(s)";
   return std::to_string(devices.size()) + " " + kind + ", " + std::to_string(devices.threads_per_device()) +
          " intra-op thread(s) each";
+}
+
+// "5 repetition(s) of 30 steps after 5 warm-up", or what adaptive sampling will do.
+std::string describe_sampling(const ddpbench::RunnerOptions& r) {
+  std::ostringstream out;
+  if (r.target_precision > 0) {
+    out << "repetitions of " << r.steps << " steps after " << r.warmup << " warm-up until each case's step time is "
+        << "within +-" << r.target_precision * 100 << "% (at least " << r.repetitions << " and " << r.min_time_seconds
+        << " s measured, at most " << r.max_time_seconds << " s a case)";
+  } else {
+    out << r.repetitions << " repetition(s) of " << r.steps << " steps after " << r.warmup << " warm-up";
+  }
+  return out.str();
 }
 
 std::string join(const std::vector<std::string>& names) {
@@ -104,6 +119,11 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
     throw UsageError("--world-size " + std::to_string(cmd.devices.world_size) + " disagrees with the launcher's world size " +
                      std::to_string(env.world_size));
   }
+  const char* task_text = std::getenv("DDPBENCH_RANK_TASK");
+  if (task_text == nullptr && cmd.sampling_given) {
+    throw UsageError("--target-precision: ranks that torchrun or Slurm start each time their own steps and could "
+                     "not agree on when to stop; give --repetitions");
+  }
   DeviceRequest request = cmd.devices;
   request.world_size = 0;
   DeviceSet resolved = resolve_devices(request);
@@ -112,7 +132,6 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
   pin_to_core_slice(env.local_rank, env.local_world_size, threads);
 
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(cmd.runner.timeout_seconds * 1000));
-  const char* task_text = std::getenv("DDPBENCH_RANK_TASK");
   std::unique_ptr<ProcessGroupContext> group;
   auto report = [&](RankFailureReport::Kind kind, const std::string& reason) {
     if (!group || task_text == nullptr) return;
@@ -144,6 +163,10 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
   }
   group = ProcessGroupContext::join(env, devices.kind(), timeout);
   RunnerOptions options = cmd.runner;
+  if (task_text == nullptr && options.target_precision > 0) {  // torchrun/Slurm: a fixed count (cli.h)
+    options.target_precision = options.min_time_seconds = options.max_time_seconds = 0;
+    options.repetitions = kDefaultRepetitions;
+  }
   std::optional<TraceRecorder> trace;
   if (cmd.trace_dir && task_text == nullptr) {  // torchrun/Slurm ranks: one trace file each
     trace.emplace(env.rank, env.world_size);
@@ -267,8 +290,7 @@ int run(const std::vector<std::string>& args) {
   }
 
   std::cout << "ddpbench: " << cmd.runner.workloads.size() << " workload(s) x " << cmd.runner.strategies.size()
-            << " strategy(ies) on " << describe(devices) << "; " << cmd.runner.repetitions << " repetition(s) of "
-            << cmd.runner.steps << " steps after " << cmd.runner.warmup << " warm-up\n"
+            << " strategy(ies) on " << describe(devices) << "; " << describe_sampling(cmd.runner) << '\n'
             << std::flush;
 
   ProgressSink progress(2);

@@ -50,7 +50,9 @@ void make_output_directory(const std::string& flag, const std::string& dir) {
     const std::string part = dir.substr(0, end);
     struct stat st{};
     if (::stat(part.c_str(), &st) == 0) {
-      if (!S_ISDIR(st.st_mode)) throw UsageError(flag + ": '" + part + "' is in the way of directory '" + dir + "': not a directory");
+      if (!S_ISDIR(st.st_mode)) {
+        throw UsageError(flag + ": '" + part + "' is in the way of directory '" + dir + "': not a directory");
+      }
     } else if (::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
       throw UsageError(flag + ": cannot create directory '" + part + "' (" + std::strerror(errno) + ")");
     }

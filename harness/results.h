@@ -98,6 +98,14 @@ struct CaseRecord {
   std::optional<LossVsSingle> loss_vs_single;  // asynchronous strategies, when single ran too
   // CV of the repetition means above --max-cv: the machine's noise is too large to trust the numbers.
   bool noisy = false;
+  // Half-width of the 95% interval of the step time over repetitions, relative (0.03 = +-3%): what
+  // the repetitions pin down; none with fewer than two.
+  std::optional<double> achieved_precision;
+  // Adaptive sampling stopped the case at --max-time before it reached --target-precision.
+  bool unresolved = false;
+  // CV of the repetition means over its workload's noise floor, where that is known and above zero.
+  std::optional<double> cv_over_noise_floor;
+  double seconds_spent = 0;  // wall time of its repetitions, warm-up and start-up included
 
   // A case whose numbers stand: ok, with at least one repetition. Rankings and ratios use only these.
   bool measured() const { return status == CaseStatus::Ok && !repetitions.empty(); }
@@ -117,6 +125,10 @@ struct RunSettings {
   double parity_tolerance = 0;
   Precision precision = Precision::Fp32;
   double max_cv = 0;
+  double slow_by = 0;
+  double target_precision = 0;  // 0: a fixed number of repetitions
+  double min_time_seconds = 0;
+  double max_time_seconds = 0;
   int loader_workers = 0;
   bool pin_memory = false;
   DeviceKind device_kind = DeviceKind::Cpu;
@@ -125,12 +137,25 @@ struct RunSettings {
   double timeout_seconds = 0;
 };
 
+// The machine's own noise for a workload: the CV of `single`'s repetition means, the plainest case
+// (one device, no communication), so what varies there is the machine. A case far above it varies
+// for reasons of its own.
+struct NoiseFloor {
+  std::string workload;
+  double cv = 0;
+  int repetitions = 0;
+};
+
 struct RunRecord {
   RunContext context;
   RunSettings settings;
   std::vector<CaseRecord> cases;
+  std::vector<NoiseFloor> noise_floor;  // per workload where single was measured
   bool complete = false;  // false while running, and in what an interrupted run leaves
   std::string interruption;
 };
+
+// Fills record.noise_floor from single's cases and each case's cv_over_noise_floor.
+void set_noise_floor(RunRecord& record);
 
 }  // namespace ddpbench

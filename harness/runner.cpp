@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <new>
 #include <sstream>
@@ -204,6 +205,10 @@ Runner::Runner(RunnerOptions options, DeviceSet devices, RunContext context)
   s.parity_tolerance = options_.parity_tolerance;
   s.precision = options_.precision;
   s.max_cv = options_.max_cv;
+  s.slow_by = options_.slow_by;
+  s.target_precision = options_.target_precision;
+  s.min_time_seconds = options_.min_time_seconds;
+  s.max_time_seconds = options_.max_time_seconds;
   s.loader_workers = options_.loader.workers;
   s.pin_memory = options_.loader.pin_memory;
   s.device_kind = devices_.kind();
@@ -539,6 +544,7 @@ RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index)
   const bool hang = should_hang(name) || fault == "hang";
   auto one_step = [&] {
     if (stop_requested()) throw StopRequested();
+    const auto began = std::chrono::steady_clock::now();
     progress();
     phases.begin_step();
     Batch batch;
@@ -552,6 +558,9 @@ RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index)
       synchronize(devices_, spec.world_size);
     } else if (devices_.is_cuda()) {
       compat::cuda_synchronize(group_->local_rank());  // a rank waits for its own device only
+    }
+    if (options_.slow_by > 0) {  // injected slowdown (--slow-by): inside the step, in its residual
+      std::this_thread::sleep_for((std::chrono::steady_clock::now() - began) * options_.slow_by);
     }
     phases.end_step();
   };
@@ -567,6 +576,12 @@ RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index)
     options_.trace->set_context(name, index);
     phases.set_trace(options_.trace);  // measured steps only: warm-up is not part of the picture
   }
+  // "rep 2/5", or sampling adaptively "rep 2 (to +-3%)": how many is not known ahead.
+  char target[32];
+  std::snprintf(target, sizeof(target), " (to +-%g%%)", options_.target_precision * 100);
+  const std::string repetition_label =
+      "rep " + std::to_string(index + 1) +
+      (options_.target_precision > 0 ? std::string(target) : "/" + std::to_string(options_.repetitions));
   const double cpu_start = process_cpu_seconds();
   for (int i = 0; i < options_.steps; ++i) {
     phases.set_step(options_.warmup + i);
@@ -580,8 +595,7 @@ RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index)
     for (int p = 0; p < kPhaseCount; ++p) rep.phase_seconds[p] += phases.step_seconds()[p];
     rep.step_losses.push_back(loss.item<double>());
     for (auto* sink : sinks_) {
-      sink->on_progress(name, "rep " + std::to_string(index + 1) + "/" + std::to_string(options_.repetitions), i + 1,
-                        options_.steps);
+      sink->on_progress(name, repetition_label, i + 1, options_.steps);
     }
   }
   rep.cpu_seconds = process_cpu_seconds() - cpu_start;
@@ -618,6 +632,54 @@ std::optional<LossVsSingle> Runner::loss_against_single(const CaseRecord& c) con
     return l;
   }
   return std::nullopt;
+}
+
+bool Runner::wants_repetition(int round) const {
+  if (options_.target_precision <= 0) return round < options_.repetitions;
+  return round < kMaxAdaptiveRepetitions;
+}
+
+bool Runner::settle(CaseRecord& c) const {
+  std::vector<double> means;
+  double measured_seconds = 0;
+  for (const auto& r : c.repetitions) {
+    means.push_back(r.mean_step_seconds());
+    for (double t : r.step_seconds) measured_seconds += t;
+  }
+  c.achieved_precision = stats::relative_ci95_half_width(means);
+  if (options_.target_precision <= 0) return false;  // a fixed count: wants_repetition decides
+  const bool enough = static_cast<int>(c.repetitions.size()) >= options_.repetitions &&
+                      measured_seconds >= options_.min_time_seconds;
+  if (enough && c.achieved_precision && *c.achieved_precision <= options_.target_precision) {
+    c.unresolved = false;
+    return true;
+  }
+  // Out of time, or of repetitions: stopped short of the target, and says so.
+  c.unresolved = c.seconds_spent >= options_.max_time_seconds ||
+                 static_cast<int>(c.repetitions.size()) >= kMaxAdaptiveRepetitions;
+  return c.unresolved;
+}
+
+void set_noise_floor(RunRecord& record) {
+  record.noise_floor.clear();
+  auto means_of = [](const CaseRecord& c) {
+    std::vector<double> means;
+    for (const auto& r : c.repetitions) means.push_back(r.mean_step_seconds());
+    return means;
+  };
+  for (const auto& c : record.cases) {
+    if (c.spec.strategy == "single" && c.measured() && c.repetitions.size() >= 2) {
+      record.noise_floor.push_back({c.spec.workload, stats::cv(means_of(c)), static_cast<int>(c.repetitions.size())});
+    }
+  }
+  for (auto& c : record.cases) {
+    c.cv_over_noise_floor.reset();
+    for (const auto& floor : record.noise_floor) {
+      if (floor.workload == c.spec.workload && floor.cv > 0 && c.measured() && c.repetitions.size() >= 2) {
+        c.cv_over_noise_floor = stats::cv(means_of(c)) / floor.cv;
+      }
+    }
+  }
 }
 
 void Runner::finish_case_error(CaseRecord& record, const std::exception& error) {
@@ -698,14 +760,20 @@ RunRecord Runner::run() {
       record_.cases[i] = updated;
       notify_update();
     }
-    for (int rep = 0; rep < options_.repetitions; ++rep) {
+    // Rounds of one repetition per case still going, interleaved so that the machine's drift
+    // falls on every case alike.
+    std::vector<bool> settled(record_.cases.size(), false);
+    for (int rep = 0;; ++rep) {
+      bool ran = false;
       for (size_t i = 0; i < record_.cases.size(); ++i) {
-        if (record_.cases[i].status != CaseStatus::Ok) continue;
+        if (record_.cases[i].status != CaseStatus::Ok || settled[i] || !wants_repetition(rep)) continue;
+        ran = true;
         current_case_ = static_cast<int>(i);
         progress();
         std::optional<RepetitionRecord> measured;
         CaseRecord failed = record_.cases[i];
         bool ok = true;
+        const auto started = std::chrono::steady_clock::now();
         try {
           measured = run_repetition(record_.cases[i], rep);
         } catch (const StopRequested&) {
@@ -715,14 +783,18 @@ RunRecord Runner::run() {
           ok = false;
         }
         std::lock_guard<std::timed_mutex> lock(record_mutex_);
+        auto& c = record_.cases[i];
+        c.seconds_spent += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         if (ok) {
-          record_.cases[i].repetitions.push_back(std::move(*measured));
+          c.repetitions.push_back(std::move(*measured));
+          settled[i] = settle(c);
         } else {
-          record_.cases[i].status = failed.status;
-          record_.cases[i].reason = failed.reason;
+          c.status = failed.status;
+          c.reason = failed.reason;
         }
         notify_update();
       }
+      if (!ran) break;
     }
   } catch (const StopRequested&) {
     record_.interruption = "interrupted by a signal; measured repetitions are kept";
@@ -751,6 +823,7 @@ RunRecord Runner::run() {
       if (used) c.phases_used.push_back(static_cast<Phase>(p));
     }
   }
+  set_noise_floor(record_);
   record_.complete = record_.interruption.empty();
   notify_update();
   for (auto* sink : sinks_) sink->on_finish(record_);

@@ -25,13 +25,23 @@ struct RunnerOptions {
   std::optional<std::int64_t> dataset_size;  // none: 32 global batches
   int steps = 30;
   int warmup = 5;
-  int repetitions = 5;
+  int repetitions = 5;  // with target_precision: the fewest a case runs
+  // Adaptive sampling (nvbench's stopping on noise, Google Benchmark's min time): with a target, a
+  // case takes repetitions, interleaved with the other cases', until the 95% interval of its step
+  // time is within +-target_precision (and it has run min_time_seconds of measured steps), or
+  // until it has spent max_time_seconds, when it stops unresolved. 0: exactly `repetitions`.
+  double target_precision = 0;
+  double min_time_seconds = 0;
+  double max_time_seconds = 0;
   std::uint64_t seed = 42;
   int parity_steps = 3;
   double parity_tolerance = 1e-5;
   Precision precision = Precision::Fp32;  // --dtype
   std::optional<double> peak_flops;       // --peak-tflops: one device's peak, in FLOP/s (none: the datasheet's)
   double max_cv = 0.05;  // a case whose repetition means vary more is marked noisy
+  // --slow-by: every step sleeps this fraction of its own time before it ends, a slowdown injected
+  // where the harness times it, to measure what a CI gate detects. 0 in any real measurement.
+  double slow_by = 0;
   LoaderOptions loader;
   double timeout_seconds = 300;
   TraceRecorder* trace = nullptr;  // records the measured steps' ranges when set (--trace)
@@ -124,6 +134,13 @@ class Runner {
   // An asynchronous case's final loss against single's at the same samples seen, if single ran.
   std::optional<LossVsSingle> loss_against_single(const CaseRecord& c) const;
   void finish_case_error(CaseRecord& record, const std::exception& error);
+  // Whether a case takes a repetition in round `round`: every round below --repetitions, or,
+  // sampling adaptively, until settle() says it is done.
+  bool wants_repetition(int round) const;
+  // After each repetition: the case's achieved precision, and whether it is done (resolved, or
+  // unresolved at --max-time).
+  bool settle(CaseRecord& c) const;
+  static constexpr int kMaxAdaptiveRepetitions = 1000;
   void notify_update();
   void handle_hang();
   void progress();    // a step finished: the watchdog's clock restarts

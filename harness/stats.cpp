@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -58,6 +59,23 @@ std::optional<Interval> median_confidence_interval(const std::vector<double>& xs
   std::vector<double> sorted(xs);
   std::sort(sorted.begin(), sorted.end());
   return Interval{sorted[static_cast<size_t>(j - 1)], sorted[static_cast<size_t>(n - j)]};
+}
+
+double t95(int df) {
+  static const double table[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                 2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                                 2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+  if (df < 1) return std::numeric_limits<double>::infinity();
+  if (df <= 30) return table[df - 1];
+  const double z = 1.959964, n = df;
+  return z + (z * z * z + z) / (4 * n) + (5 * std::pow(z, 5) + 16 * z * z * z + 3 * z) / (96 * n * n);
+}
+
+std::optional<double> relative_ci95_half_width(const std::vector<double>& xs) {
+  if (xs.size() < 2) return std::nullopt;
+  const double m = mean(xs);
+  if (m <= 0) return std::nullopt;
+  return t95(static_cast<int>(xs.size()) - 1) * stddev(xs) / std::sqrt(static_cast<double>(xs.size())) / m;
 }
 
 }  // namespace ddpbench::stats

@@ -23,4 +23,12 @@ struct Interval {
 // none when n is too small for the confidence (fewer than 6 samples at 95%).
 std::optional<Interval> median_confidence_interval(const std::vector<double>& xs, double confidence = 0.95);
 
+// Student's t quantile for a two-sided 95% interval, t(0.975, df), df >= 1: the table's values to
+// 30 degrees of freedom, a Cornish-Fisher expansion beyond (within 1e-3 of the exact value).
+double t95(int df);
+
+// Half-width of the 95% t-interval of the mean of `xs`, relative to the mean (0.03 = +-3%): how
+// precisely independent repetitions pin a case's step time down. None for fewer than two values.
+std::optional<double> relative_ci95_half_width(const std::vector<double>& xs);
+
 }  // namespace ddpbench::stats

@@ -11,6 +11,9 @@
 namespace ddpbench {
 namespace {
 
+// A case whose CV is this many times its workload's noise floor varies for reasons of its own.
+constexpr double kWellAboveNoiseFloor = 3;
+
 std::string fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), format, v);
@@ -26,8 +29,8 @@ std::string bytes(std::int64_t b) {
 }  // namespace
 
 std::string format_table(const RunRecord& record) {
-  const std::vector<std::string> header = {"case", "status", "step ms", "cv", "samples/s", "TFLOP/s", "scaling",
-                                           "mem dev0", "imbalance", "parity"};
+  const std::vector<std::string> header = {"case",    "status",   "step ms",   "cv",    "+-95%",  "samples/s",
+                                           "TFLOP/s", "scaling", "mem dev0", "imbalance", "parity"};
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> notes;
   for (const auto& c : record.cases) {
@@ -38,6 +41,10 @@ std::string format_table(const RunRecord& record) {
       row.push_back(fmt("%.2f", c.median_step_seconds() * 1e3));
       // A trailing * marks a noisy case (CV above --max-cv).
       row.push_back(fmt("%.1f%%", stats::cv(means) * 100) + (c.noisy ? "*" : ""));
+      // What the repetitions pin the step time down to; a trailing ! marks a case that adaptive
+      // sampling stopped at --max-time short of --target-precision.
+      row.push_back((c.achieved_precision ? fmt("%.1f%%", *c.achieved_precision * 100) : "-") +
+                    (c.unresolved ? "!" : ""));
       row.push_back(fmt("%.0f", c.median_items_per_second()));
       // Achieved arithmetic rate, and its share of the devices' peak where that is known.
       const double flops = c.flops_at(c.median_items_per_second());
@@ -54,7 +61,7 @@ std::string format_table(const RunRecord& record) {
       const auto imbalance = memory_imbalance(c.repetitions.back().memory);
       row.push_back(imbalance ? fmt("%.2fx", *imbalance) : "-");
     } else {
-      row.insert(row.end(), {"-", "-", "-", "-", "-", "-", "-"});
+      row.insert(row.end(), {"-", "-", "-", "-", "-", "-", "-", "-"});
     }
     if (c.loss_vs_single) {
       // Asynchronous: the loss against single's after the same samples is the number to read.
@@ -69,6 +76,10 @@ std::string format_table(const RunRecord& record) {
       row.push_back("-");
     }
     if (!c.reason.empty()) notes.push_back(c.spec.name() + ": " + c.reason);
+    if (c.cv_over_noise_floor && *c.cv_over_noise_floor >= kWellAboveNoiseFloor && c.noisy) {
+      notes.push_back(c.spec.name() + fmt(": its repetitions vary %.1fx as much as single's (the machine's noise floor", *c.cv_over_noise_floor) +
+                      " here): the spread is the case's own, not the machine's");
+    }
     if (!c.note.empty()) notes.push_back(c.spec.name() + ": " + c.note);
     if (c.parity && !c.parity->note.empty()) notes.push_back(c.spec.name() + ": " + c.parity->note);
     if (c.loss_vs_single) {
@@ -109,6 +120,13 @@ std::string format_table(const RunRecord& record) {
   if (any_noisy) {
     out << "  * noisy: repetitions vary more than --max-cv " << fmt("%.0f%%", record.settings.max_cv * 100)
         << "; read those numbers with care (more --steps or --repetitions, a quieter machine)\n";
+  }
+  bool any_unresolved = false;
+  for (const auto& c : record.cases) any_unresolved = any_unresolved || c.unresolved;
+  if (any_unresolved) {
+    out << "  ! unresolved: --max-time " << fmt("%g", record.settings.max_time_seconds)
+        << " s ran out before the step time was within +-" << fmt("%g%%", record.settings.target_precision * 100)
+        << " (95% interval over repetitions); read those numbers as that precise only\n";
   }
   for (const auto& n : notes) out << "  " << n << '\n';
   if (!record.interruption.empty()) out << "  " << record.interruption << '\n';

@@ -267,6 +267,15 @@ def _table(header, rows):
     return "\n".join(out)
 
 
+def precision_text(fields):
+    """'+-2.1%', or '+-4.8% unresolved' where adaptive sampling ran out of time first; '-' without."""
+    precision = fields.get("precision") or {}
+    achieved = precision.get("achieved_ci95")
+    if achieved is None:
+        return "-"
+    return f"+-{achieved * 100:.1f}%" + (" unresolved" if precision.get("unresolved") else "")
+
+
 def render_html(docs, cases, charts):
     e = html.escape
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>ddpbench report</title>",
@@ -282,13 +291,14 @@ def render_html(docs, cases, charts):
     rows = []
     for c in cases:
         med = c.median["ddpbench"] if c.median else {}
-        rows.append([c.source, c.name, c.status, f"{stats.median(c.throughputs):.1f}" if c.throughputs else "-",
+        rows.append([c.source, c.name, c.status, precision_text(c.fields),
+                     f"{stats.median(c.throughputs):.1f}" if c.throughputs else "-",
                      results.tflops_text(med),
                      f"{med['scaling_efficiency']:.2f}" if med.get("scaling_efficiency") is not None else "-",
                      f"{med['memory_imbalance']:.2f}" if med.get("memory_imbalance") is not None else "-",
                      c.fields.get("reason") or c.fields.get("note") or ""])
-    parts.append("<h2>Cases</h2>" + _table(["file", "case", "status", "samples/s", "TFLOP/s", "scaling",
-                                           "imbalance", "note"], rows))
+    parts.append("<h2>Cases</h2>" + _table(["file", "case", "status", "step time +-95%", "samples/s", "TFLOP/s",
+                                           "scaling", "imbalance", "note"], rows))
     for title, path in charts:
         with open(path, "rb") as f:
             data = base64.b64encode(f.read()).decode("ascii")

@@ -74,6 +74,8 @@ _SCHEMA = {
     "benchmarks/[*]/ddpbench/loss_curve/samples_seen/[*]": (_NUM,),
     "benchmarks/[*]/ddpbench/loss_curve/loss": (_LIST,), "benchmarks/[*]/ddpbench/loss_curve/loss/[*]": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/loss_vs_single": (_DICT, _NULL), "benchmarks/[*]/ddpbench/async": (_DICT,),
+    "benchmarks/[*]/ddpbench/precision": (_DICT,), "benchmarks/[*]/ddpbench/precision/achieved_ci95": (_NUM, _NULL),
+    "benchmarks/[*]/ddpbench/precision/unresolved": (_BOOL,),
     "benchmarks/[*]/ddpbench/compute": (_DICT,), "benchmarks/[*]/ddpbench/compute/achieved_tflops": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/compute/fraction_of_peak": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/compute/peak_tflops": (_NUM, _NULL),

@@ -34,7 +34,8 @@ TEST(ExitText, ASigkillIsTheOomKillersOnlyWhenItsCountRose) {
             "was killed by signal 9 (SIGKILL) by the kernel's out-of-memory killer (its OOM-kill count rose by 1)");
   EXPECT_EQ(exit_text(killed, 4, 4),
             "was killed by signal 9 (SIGKILL), not by the kernel's OOM killer (its OOM-kill count did not rise)");
-  EXPECT_NE(exit_text(killed, std::nullopt, 4).find("the kernel's OOM killer, or a kill from outside"), std::string::npos);
+  EXPECT_NE(exit_text(killed, std::nullopt, 4).find("the kernel's OOM killer, or a kill from outside"),
+            std::string::npos);
   // Other ends are told as they are, whatever the count did.
   EXPECT_EQ(exit_text(status_of_child(0, 1), 4, 5), "exited with code 1");
   EXPECT_EQ(exit_text(status_of_child(SIGSEGV), 4, 5), "was killed by signal 11 (SIGSEGV)");

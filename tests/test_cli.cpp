@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
@@ -84,7 +86,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--dataset-size", "4"}, "--dataset-size", "cannot fill a global batch of 8"},
         BadInput{{"--max-cv", "-0.1"}, "--max-cv", "not a non-negative number"},
         BadInput{{"--trace", "/proc/version/traces"}, "--trace", "'/proc/version' is in the way"},
-        BadInput{{"--json", "/no/such/dir/r.json"}, "--json", "does not exist (create it first: mkdir -p '/no/such/dir')"},
+        BadInput{
+            {"--json", "/no/such/dir/r.json"}, "--json", "does not exist (create it first: mkdir -p '/no/such/dir')"},
         // An empty value is never the default in disguise.
         BadInput{{"--trace", ""}, "--trace", "empty value"},
         BadInput{{"--parity-tolerance", ""}, "--parity-tolerance", "empty value"},
@@ -98,8 +101,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--steps", "3 "}, "--steps", "'3 ' is not a whole number"},
         BadInput{{"--batch", "0x8"}, "--batch", "not a whole number"},
         BadInput{{"--no-json"}, "--no-json", "cannot be given with --json"},
+        BadInput{{"--max-time", "5"}, "--max-time", "applies to adaptive sampling"},  // with --repetitions 2
+        BadInput{{"--target-precision", "1"}, "--target-precision", "+-100% or more"},
+        BadInput{{"--target-precision", "-0.1"}, "--target-precision", "not a non-negative number"},
+        BadInput{{"--target-precision", "0.1", "--repetitions", "1"}, "--repetitions", "at least 2"},
+        BadInput{
+            {"--target-precision", "0.1", "--min-time", "9", "--max-time", "3"}, "--max-time", "less than --min-time"},
+        BadInput{{"--slow-by", "-0.1"}, "--slow-by", "not a non-negative number"},
+        BadInput{{"--slow-by", "11"}, "--slow-by", "more than 10"},
         BadInput{{"--strategy", "ddp", "--checkpoint", "/tmp/ddpbench-never-written.pt", "--checkpoint-every", "1000"},
-                 "--checkpoint-every", "more than the 3 steps of a repetition"},
+                 "--checkpoint-every",
+                 "more than the 3 steps of a repetition"},
         BadInput{{"--hogwild-mode", "fibers", "--strategy", "hogwild"}, "--hogwild-mode", "unknown mode 'fibers'"},
         BadInput{{"--sync-every", "0", "--strategy", "hogwild"}, "--sync-every", "at least 1"},
         BadInput{{"--sync-every", "2", "--strategy", "single"}, "--sync-every", "applies to hogwild only"},
@@ -363,6 +375,114 @@ TEST(Cli, OutOfMemoryIsItsOwnStatusAndTheRunGoesOn) {
   }
   EXPECT_EQ(oom, 2) << "the case after the first out-of-memory case was not tried";
   EXPECT_NE(r.err.find("ddpbench: error: mlp/dp/world:2 oom: "), std::string::npos) << r.err;
+}
+
+// A run without --repetitions samples adaptively: it is what `ddpbench --strategy all` does.
+std::vector<std::string> adaptive_run(const std::string& json_path, std::vector<std::string> extra) {
+  std::vector<std::string> args = {"--device", "cpu", "--threads", "1", "--steps", "2", "--warmup", "1",
+                                   "--batch", "8", "--dataset-size", "16", "--json", json_path};
+  if (std::find(extra.begin(), extra.end(), "--strategy") == extra.end()) args.insert(args.end(), {"--strategy", "single"});
+  args.insert(args.end(), extra.begin(), extra.end());
+  return ddpbench_args(args);
+}
+
+const json& median_entry(const json& doc, const std::string& name) {
+  for (const auto& b : doc["benchmarks"]) {
+    if (b["run_name"] == name && b.value("aggregate_name", "") == "median") return b;
+  }
+  throw std::runtime_error("no median entry for " + name);
+}
+
+// Runs ddpbench with `args_for(a results path)`; the process's result and the JSON it wrote (null
+// when it wrote none).
+std::pair<testing::ProcessResult, json> run_with_json(
+    const std::function<std::vector<std::string>(const std::string&)>& args_for) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  auto r = run_process(args_for(path));
+  return {r, path_exists(path) ? json::parse(read_text(path)) : json()};
+}
+
+TEST(Cli, AdaptiveSamplingStopsACaseOnceItsIntervalIsWithinTheTarget) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  // +-50%: reached after the fewest repetitions (3), whatever this machine's noise.
+  const auto r = run_process(adaptive_run(path, {"--target-precision", "0.5", "--min-time", "0"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("until each case's step time is within +-50%"), std::string::npos) << r.out;
+  const json doc = json::parse(read_text(path));
+  EXPECT_EQ(doc["context"]["ddpbench"]["settings"]["target_precision"], 0.5);
+  const auto& median = median_entry(doc, "mlp/single/world:1");
+  const auto& precision = median["ddpbench"]["precision"];
+  EXPECT_FALSE(precision["unresolved"].get<bool>());
+  EXPECT_LE(precision["achieved_ci95"].get<double>(), 0.5);
+  EXPECT_GE(median["repetitions"].get<int>(), 3);
+  EXPECT_EQ(r.out.find("unresolved"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ACaseThatRunsOutOfTimeIsMarkedUnresolvedWithWhatItAchieved) {
+  // +-0.001%: no machine gets there within 2 s.
+  const auto [r, doc] = run_with_json([](const std::string& path) {
+    return adaptive_run(path, {"--target-precision", "0.00001", "--max-time", "2"});
+  });
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto& precision = median_entry(doc, "mlp/single/world:1")["ddpbench"]["precision"];
+  EXPECT_TRUE(precision["unresolved"].get<bool>());
+  EXPECT_GT(precision["achieved_ci95"].get<double>(), 0.00001);
+  EXPECT_GE(precision["seconds_spent"].get<double>(), 2.0);
+  EXPECT_LT(precision["seconds_spent"].get<double>(), 30.0) << "the cap did not stop it";
+  EXPECT_NE(r.out.find("! unresolved: --max-time 2 s ran out"), std::string::npos) << r.out;
+}
+
+TEST(Cli, RepetitionsAloneMeanExactlyThatMany) {
+  const auto [r, doc] = run_with_json([](const std::string& path) {
+    return adaptive_run(path, {"--repetitions", "4"});
+  });
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(doc["context"]["ddpbench"]["settings"]["target_precision"], nullptr);
+  EXPECT_EQ(median_entry(doc, "mlp/single/world:1")["repetitions"], 4);
+}
+
+// CV of the real_time of a case's iteration entries, as the JSON has them.
+double cv_of_iterations(const json& doc, const std::string& name) {
+  std::vector<double> times;
+  for (const auto& b : doc["benchmarks"]) {
+    if (b["run_name"] == name && b["run_type"] == "iteration") times.push_back(b["real_time"].get<double>());
+  }
+  double mean = 0, var = 0;
+  for (double t : times) mean += t / static_cast<double>(times.size());
+  for (double t : times) var += (t - mean) * (t - mean) / static_cast<double>(times.size() - 1);
+  return std::sqrt(var) / mean;
+}
+
+TEST(Cli, TheNoiseFloorIsSinglesSpreadAndEveryCaseIsReadAgainstIt) {
+  const auto [r, doc] = run_with_json([](const std::string& path) {
+    return adaptive_run(path, {"--strategy", "single,dp", "--repetitions", "3"});
+  });
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto& floor = doc["context"]["ddpbench"]["noise_floor"];
+  ASSERT_EQ(floor.size(), 1u);
+  EXPECT_EQ(floor[0]["workload"], "mlp");
+  EXPECT_EQ(floor[0]["from"], "single");
+  const double single_cv = cv_of_iterations(doc, "mlp/single/world:1");
+  EXPECT_NEAR(floor[0]["cv"].get<double>(), single_cv, 1e-9);
+  const double ratio = median_entry(doc, "mlp/dp/world:2")["ddpbench"]["cv_over_noise_floor"].get<double>();
+  EXPECT_NEAR(ratio, cv_of_iterations(doc, "mlp/dp/world:2") / single_cv, 1e-6);
+}
+
+TEST(Cli, SlowBySleepsInsideEveryStep) {
+  const auto [r, doc] = run_with_json([](const std::string& path) {
+    return adaptive_run(path, {"--repetitions", "2", "--slow-by", "1"});
+  });
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(doc["context"]["ddpbench"]["settings"]["slow_by"], 1.0);
+  // The sleep is part of the timed step, outside every phase: a step that doubled spends about
+  // half of itself in the residual.
+  for (const auto& b : doc["benchmarks"]) {
+    if (b["run_type"] != "iteration") continue;
+    const double residual = b["ddpbench"]["phases_ms"]["residual"].get<double>();
+    EXPECT_GT(residual, 0.4 * b["real_time"].get<double>()) << b.dump();
+  }
 }
 
 TEST(Cli, MoreThreadsThanCoresRunsButSaysSo) {

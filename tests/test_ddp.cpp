@@ -487,6 +487,14 @@ TEST(DdpExternalLaunch, InconsistentWorldSizeIsBadInputOnEveryRank) {
   }
 }
 
+TEST(DdpExternalLaunch, AdaptiveSamplingIsRefusedBecauseRanksCouldNotAgreeWhenToStop) {
+  const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--target-precision", "0.05", "--repetitions", "3"}), 0,
+                             rank_vars(0, 2, 29500));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("--target-precision: ranks that torchrun or Slurm start"), std::string::npos) << r.err;
+}
+
 TEST(DdpExternalLaunch, RankBeyondWorldSizeIsBadInput) {
   const auto r = run_process(ddp_run("", {"--strategy", "ddp"}), 0, rank_vars(2, 2, 29500));
   EXPECT_EQ(r.exit_code, 2);

@@ -47,6 +47,21 @@ TEST(Stats, MedianConfidenceIntervalUsesTheBinomialOrderStatistics) {
   EXPECT_TRUE(stats::median_confidence_interval({1, 2, 3, 4, 5, 6}).has_value());
 }
 
+TEST(Stats, TQuantilesMatchTheTableAndTheNormalBeyondIt) {
+  EXPECT_DOUBLE_EQ(stats::t95(1), 12.706);
+  EXPECT_DOUBLE_EQ(stats::t95(4), 2.776);
+  EXPECT_NEAR(stats::t95(40), 2.021, 1e-3);   // the table's value at 40
+  EXPECT_NEAR(stats::t95(120), 1.980, 1e-3);  // and at 120
+  EXPECT_NEAR(stats::t95(1000000), 1.960, 1e-3);
+}
+
+TEST(Stats, RelativeHalfWidthOfTheMeansInterval) {
+  // mean 10, sample stddev 1, n 4: 3.182 x 1 / 2 / 10.
+  EXPECT_NEAR(*stats::relative_ci95_half_width({9, 9, 11, 11}), 3.182 * (std::sqrt(4.0 / 3) / 2) / 10, 1e-12);
+  EXPECT_FALSE(stats::relative_ci95_half_width({5}).has_value());
+  EXPECT_DOUBLE_EQ(*stats::relative_ci95_half_width({5, 5, 5}), 0.0);
+}
+
 TEST(Stats, EmptyInputIsAnError) {
   EXPECT_THROW(stats::median({}), std::invalid_argument);
   EXPECT_THROW(stats::percentile({1.0}, 1.5), std::invalid_argument);

@@ -83,7 +83,8 @@ def hostile_file_bytes(draw, bases):
     if shape == "scaled":  # every time of every entry multiplied: extreme but well formed
         factor = draw(st.sampled_from([0.0, -1.0, 1e-300, 1e300, math.pi]))
         doc = json.loads(text)
-        for b in doc.get("benchmarks", []) if isinstance(doc, dict) else []:
+        benchmarks = doc.get("benchmarks") if isinstance(doc, dict) else None
+        for b in benchmarks if isinstance(benchmarks, list) else []:
             if isinstance(b, dict) and isinstance(b.get("real_time"), (int, float)):
                 b["real_time"] = b["real_time"] * factor
         return _dump(doc).encode("utf-8")

@@ -343,7 +343,8 @@ def run_main_in_process(argv):
     return code, out.getvalue(), err.getvalue()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(baseline=hostile.hostile_file_bytes(FUZZ_BASES), current=hostile.hostile_file_bytes(FUZZ_BASES))
 def test_fuzzed_files_get_an_exit_code_never_a_traceback(tmp_path, baseline, current):
     paths = tmp_path / "baseline.json", tmp_path / "current.json"

@@ -46,3 +46,14 @@ def test_compare_reads_micro_files(micro_json):
     result = compare.compare(doc, doc)
     assert not result.regressed
     assert {c.name for c in result.cases} >= {"BM_GlooAllreduce/65536/real_time", "BM_ReplicateCopy/4096/real_time"}
+
+
+def test_compare_script_takes_micro_files_and_refuses_mixing_them_with_runs(micro_json):
+    script = os.path.join(ROOT, "scripts", "ddpbench-compare")
+    r = subprocess.run([script, str(micro_json), str(micro_json)], capture_output=True, text=True)
+    assert r.returncode in (0, 3), r.stdout + r.stderr  # two repetitions a side: maybe too few to tell
+    assert "BM_GlooAllreduce/16384/real_time" in r.stdout and "Traceback" not in r.stderr
+    run = os.path.join(ROOT, "tests", "python", "fixtures", "compare-baseline.json")
+    r = subprocess.run([script, run, str(micro_json)], capture_output=True, text=True)
+    assert r.returncode == 2 and "is a ddpbench-micro file and the other a ddpbench run" in r.stderr
+    assert r.stderr.count("\n") == 1

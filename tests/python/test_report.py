@@ -177,7 +177,8 @@ def test_failed_cases_are_never_ranked(tmp_path):
     assert "dp world 2" not in verdicts and "fastest is" in verdicts
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(content=hostile.hostile_file_bytes([json.load(open(WORLD2)),
                                            json.load(open(os.path.join(FIXTURES, "mlp-hogwild-cpu-world2.json")))]))
 def test_fuzzed_files_get_an_exit_code_never_a_traceback(tmp_path, content):
