@@ -77,8 +77,9 @@ std::string format_table(const RunRecord& record) {
     }
     if (!c.reason.empty()) notes.push_back(c.spec.name() + ": " + c.reason);
     if (c.cv_over_noise_floor && *c.cv_over_noise_floor >= kWellAboveNoiseFloor && c.noisy) {
-      notes.push_back(c.spec.name() + fmt(": its repetitions vary %.1fx as much as single's (the machine's noise floor", *c.cv_over_noise_floor) +
-                      " here): the spread is the case's own, not the machine's");
+      notes.push_back(c.spec.name() + ": its repetitions vary " + fmt("%.1f", *c.cv_over_noise_floor) +
+                      "x as much as single's (the machine's noise floor here): the spread is the case's own, not "
+                      "the machine's");
     }
     if (!c.note.empty()) notes.push_back(c.spec.name() + ": " + c.note);
     if (c.parity && !c.parity->note.empty()) notes.push_back(c.spec.name() + ": " + c.parity->note);
