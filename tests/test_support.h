@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -131,6 +132,9 @@ inline ProcessResult run_process(const std::vector<std::string>& args, int kill_
   const auto started = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   if (pid == 0) {
+    // A test binary that is killed (a timeout) takes its ddpbench with it rather than leaving it to
+    // burn a core under the next run.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(out, 1);
