@@ -412,8 +412,8 @@ TEST(Cli, AdaptiveSamplingStopsACaseOnceItsIntervalIsWithinTheTarget) {
   EXPECT_NE(r.out.find("until each case's step time is within +-50%"), std::string::npos) << r.out;
   const json doc = json::parse(read_text(path));
   EXPECT_EQ(doc["context"]["ddpbench"]["settings"]["target_precision"], 0.5);
-  const auto& median = median_entry(doc, "mlp/single/world:1");
-  const auto& precision = median["ddpbench"]["precision"];
+  const json median = median_entry(doc, "mlp/single/world:1");  // a copy: GCC 14 warns of a dangling reference
+  const json precision = median["ddpbench"]["precision"];
   EXPECT_FALSE(precision["unresolved"].get<bool>());
   EXPECT_LE(precision["achieved_ci95"].get<double>(), 0.5);
   EXPECT_GE(median["repetitions"].get<int>(), 3);
@@ -426,7 +426,7 @@ TEST(Cli, ACaseThatRunsOutOfTimeIsMarkedUnresolvedWithWhatItAchieved) {
     return adaptive_run(path, {"--target-precision", "0.00001", "--max-time", "2"});
   });
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto& precision = median_entry(doc, "mlp/single/world:1")["ddpbench"]["precision"];
+  const json precision = median_entry(doc, "mlp/single/world:1")["ddpbench"]["precision"];
   EXPECT_TRUE(precision["unresolved"].get<bool>());
   EXPECT_GT(precision["achieved_ci95"].get<double>(), 0.00001);
   EXPECT_GE(precision["seconds_spent"].get<double>(), 2.0);
