@@ -109,6 +109,9 @@ struct CaseRecord {
 
   // A case whose numbers stand: ok, with at least one repetition. Rankings and ratios use only these.
   bool measured() const { return status == CaseStatus::Ok && !repetitions.empty(); }
+  // Each repetition's mean step time, in seconds: the independent samples every statistic of the
+  // case (median, CV, precision, noise floor) is taken over.
+  std::vector<double> repetition_means() const;
   // Medians over repetitions of the per-repetition means; callers check repetitions is not empty.
   double median_step_seconds() const;
   double median_items_per_second() const;

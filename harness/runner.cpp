@@ -152,11 +152,13 @@ std::optional<double> bus_bandwidth(const CommSummary& comm) {
   return static_cast<double>(comm.bytes_per_step) * 2 * (n - 1) / n / comm.allreduce_seconds_per_step;
 }
 
-double CaseRecord::median_step_seconds() const {
+std::vector<double> CaseRecord::repetition_means() const {
   std::vector<double> means;
   for (const auto& r : repetitions) means.push_back(r.mean_step_seconds());
-  return stats::median(means);
+  return means;
 }
+
+double CaseRecord::median_step_seconds() const { return stats::median(repetition_means()); }
 
 double CaseRecord::median_items_per_second() const {
   std::vector<double> rates;
@@ -640,13 +642,11 @@ bool Runner::wants_repetition(int round) const {
 }
 
 bool Runner::settle(CaseRecord& c) const {
-  std::vector<double> means;
   double measured_seconds = 0;
   for (const auto& r : c.repetitions) {
-    means.push_back(r.mean_step_seconds());
     for (double t : r.step_seconds) measured_seconds += t;
   }
-  c.achieved_precision = stats::relative_ci95_half_width(means);
+  c.achieved_precision = stats::relative_ci95_half_width(c.repetition_means());
   if (options_.target_precision <= 0) return false;  // a fixed count: wants_repetition decides
   const bool enough = static_cast<int>(c.repetitions.size()) >= options_.repetitions &&
                       measured_seconds >= options_.min_time_seconds;
@@ -662,21 +662,17 @@ bool Runner::settle(CaseRecord& c) const {
 
 void set_noise_floor(RunRecord& record) {
   record.noise_floor.clear();
-  auto means_of = [](const CaseRecord& c) {
-    std::vector<double> means;
-    for (const auto& r : c.repetitions) means.push_back(r.mean_step_seconds());
-    return means;
-  };
   for (const auto& c : record.cases) {
     if (c.spec.strategy == "single" && c.measured() && c.repetitions.size() >= 2) {
-      record.noise_floor.push_back({c.spec.workload, stats::cv(means_of(c)), static_cast<int>(c.repetitions.size())});
+      record.noise_floor.push_back(
+          {c.spec.workload, stats::cv(c.repetition_means()), static_cast<int>(c.repetitions.size())});
     }
   }
   for (auto& c : record.cases) {
     c.cv_over_noise_floor.reset();
     for (const auto& floor : record.noise_floor) {
       if (floor.workload == c.spec.workload && floor.cv > 0 && c.measured() && c.repetitions.size() >= 2) {
-        c.cv_over_noise_floor = stats::cv(means_of(c)) / floor.cv;
+        c.cv_over_noise_floor = stats::cv(c.repetition_means()) / floor.cv;
       }
     }
   }
@@ -814,9 +810,7 @@ RunRecord Runner::run() {
       }
     }
     if (StrategyRegistry::instance().get(c.spec.strategy).asynchronous) c.loss_vs_single = loss_against_single(c);
-    std::vector<double> means;
-    for (const auto& r : c.repetitions) means.push_back(r.mean_step_seconds());
-    c.noisy = means.size() >= 2 && stats::cv(means) > options_.max_cv;
+    c.noisy = c.repetitions.size() >= 2 && stats::cv(c.repetition_means()) > options_.max_cv;
     for (int p = 0; p < kPhaseCount; ++p) {
       bool used = false;
       for (const auto& r : c.repetitions) used = used || r.phase_seconds[p] > 0;

@@ -36,8 +36,7 @@ std::string format_table(const RunRecord& record) {
   for (const auto& c : record.cases) {
     std::vector<std::string> row = {c.spec.name(), to_string(c.status)};
     if (!c.repetitions.empty()) {
-      std::vector<double> means;
-      for (const auto& r : c.repetitions) means.push_back(r.mean_step_seconds());
+      const std::vector<double> means = c.repetition_means();
       row.push_back(fmt("%.2f", c.median_step_seconds() * 1e3));
       // A trailing * marks a noisy case (CV above --max-cv).
       row.push_back(fmt("%.1f%%", stats::cv(means) * 100) + (c.noisy ? "*" : ""));
