@@ -89,7 +89,8 @@ json memory_json(const std::vector<DeviceMemory>& memory) {
     out.push_back({{"device", m.device},
                    {"kind", to_string(m.kind)},
                    {"peak_allocated_bytes", optional_json(m.peak_allocated_bytes)},
-                   {"peak_reserved_bytes", optional_json(m.peak_reserved_bytes)}});
+                   {"peak_reserved_bytes", optional_json(m.peak_reserved_bytes)},
+                   {"held_before_bytes", optional_json(m.held_before_bytes)}});
   }
   return out;
 }
@@ -308,6 +309,7 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
       };
       take_max(peak[d].peak_allocated_bytes, r.memory[d].peak_allocated_bytes);
       take_max(peak[d].peak_reserved_bytes, r.memory[d].peak_reserved_bytes);
+      take_max(peak[d].held_before_bytes, r.memory[d].held_before_bytes);
     }
   }
 

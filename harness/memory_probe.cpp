@@ -11,6 +11,18 @@ namespace ddpbench {
 MemoryProbe::MemoryProbe(const DeviceSet& devices, int devices_used, int first_cuda_device)
     : devices_(devices), devices_used_(devices_used), first_cuda_device_(first_cuda_device) {}
 
+void MemoryProbe::begin_case() {
+  held_before_.assign(static_cast<size_t>(devices_used_), std::nullopt);
+  for (int d = 0; d < devices_used_; ++d) {
+    if (devices_.is_cuda()) {
+      compat::cuda_release_cached_memory(first_cuda_device_ + d);
+      held_before_[static_cast<size_t>(d)] = compat::cuda_allocated_bytes(first_cuda_device_ + d);
+    } else if (CpuMemoryCounter::installed()) {
+      held_before_[static_cast<size_t>(d)] = CpuMemoryCounter::current_bytes(d);
+    }
+  }
+}
+
 void MemoryProbe::reset() {
   if (devices_.is_cuda()) {
     for (int d = 0; d < devices_used_; ++d) compat::cuda_reset_peak_memory(first_cuda_device_ + d);
@@ -36,6 +48,7 @@ std::vector<DeviceMemory> MemoryProbe::read() const {
     } else if (CpuMemoryCounter::installed()) {
       m.peak_allocated_bytes = CpuMemoryCounter::peak_bytes(d);
     }
+    if (static_cast<size_t>(d) < held_before_.size()) m.held_before_bytes = held_before_[static_cast<size_t>(d)];
     out.push_back(m);
   }
   return out;

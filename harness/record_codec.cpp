@@ -43,7 +43,8 @@ json memory_to_json(const std::vector<DeviceMemory>& memory) {
     out.push_back({{"device", m.device},
                    {"cuda", m.kind == DeviceKind::Cuda},
                    {"allocated", optional_to_json(m.peak_allocated_bytes)},
-                   {"reserved", optional_to_json(m.peak_reserved_bytes)}});
+                   {"reserved", optional_to_json(m.peak_reserved_bytes)},
+                   {"held_before", optional_to_json(m.held_before_bytes)}});
   }
   return out;
 }
@@ -55,6 +56,7 @@ std::vector<DeviceMemory> memory_from_json(const json& j) {
     d.kind = m.at("cuda").get<bool>() ? DeviceKind::Cuda : DeviceKind::Cpu;
     d.peak_allocated_bytes = optional_from_json<std::int64_t>(m.at("allocated"));
     d.peak_reserved_bytes = optional_from_json<std::int64_t>(m.at("reserved"));
+    d.held_before_bytes = optional_from_json<std::int64_t>(m.at("held_before"));
     out.push_back(d);
   }
   return out;

@@ -527,10 +527,11 @@ RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index)
   const auto& workload = WorkloadRegistry::instance().get(spec.workload);
   const auto& dataset = dataset_for(workload, spec.global_batch);
 
-  auto strategy = start_strategy(spec, training_optimizer(workload), options_.warmup + options_.steps, false);
-  BatchLoader loader = make_loader(dataset, spec, *strategy);
   MemoryProbe memory = group_ ? MemoryProbe(devices_, 1, devices_.is_cuda() ? group_->local_rank() : 0)
                               : MemoryProbe(devices_, spec.world_size);
+  memory.begin_case();  // before the strategy: its peak holds its own bytes, not an earlier case's
+  auto strategy = start_strategy(spec, training_optimizer(workload), options_.warmup + options_.steps, false);
+  BatchLoader loader = make_loader(dataset, spec, *strategy);
   PhaseRecorder phases;
   // On CUDA the phases are the GPU's time (events on the step thread's stream of this process's
   // device); the steps themselves stay host-timed, after synchronizing.

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #if DDPBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>  // at::cuda::clearCublasWorkspaces (2.x)
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -146,6 +147,20 @@ void cuda_reset_peak_memory(int index) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
 }
 
+std::int64_t cuda_allocated_bytes(int index) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
+  return stats.allocated_bytes[0].current;
+}
+
+void cuda_release_cached_memory(int index) {
+  cuda_synchronize(index);
+#if TORCH_VERSION_MAJOR >= 2
+  // One map for all devices: it releases every device's workspaces, which are rebuilt on first use.
+  at::cuda::clearCublasWorkspaces();
+#endif
+  c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
 CudaMemoryPeak cuda_peak_memory(int index) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
   // Index 0 is the aggregate over small and large pools in every version we support.
@@ -190,6 +205,8 @@ std::int64_t cuda_device_total_memory(int) { return 0; }
 void cuda_synchronize(int) {}
 void cuda_set_device(int) {}
 void cuda_reset_peak_memory(int) {}
+std::int64_t cuda_allocated_bytes(int) { return 0; }
+void cuda_release_cached_memory(int) {}
 CudaMemoryPeak cuda_peak_memory(int) { return {}; }
 std::shared_ptr<void> use_pool_cuda_stream(int) { return nullptr; }
 std::shared_ptr<void> cuda_record_event(int) { return nullptr; }

@@ -60,6 +60,15 @@ struct CudaMemoryPeak {
   std::int64_t peak_reserved_bytes = 0;
 };
 void cuda_reset_peak_memory(int index);
+// Bytes the caching allocator has handed out on device `index` and not had back; 0 on CPU builds.
+std::int64_t cuda_allocated_bytes(int index);
+// Gives back what this process keeps on device `index` for no tensor of its own: cuBLAS's
+// workspaces (LibTorch keeps one per stream it has run a matrix product on, 32 MiB each on Hopper,
+// never freed; the caching allocator counts them as allocated, so the pool streams of one case
+// would count in every later case's peak) and the allocator's cached free blocks (the reserved
+// figure). Waits for the device first. Workspaces are released from LibTorch 2.0 on; 1.13 has no
+// call for it (and no CUDA build of ours). Nothing on CPU builds.
+void cuda_release_cached_memory(int index);
 // While the returned handle lives, the calling thread's current stream on CUDA device `index` is
 // one of LibTorch's pool streams (round-robin, so up to 32 concurrent holders get distinct ones).
 // On CPU-only builds it does nothing and returns an empty handle.

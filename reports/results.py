@@ -65,6 +65,8 @@ _SCHEMA = {
     "benchmarks/[*]/ddpbench/phases_ms": (_DICT,), "benchmarks/[*]/ddpbench/phases_ms/*": (_NUM,),
     "benchmarks/[*]/ddpbench/memory": (_LIST,), "benchmarks/[*]/ddpbench/memory/[*]": (_DICT,),
     "benchmarks/[*]/ddpbench/memory/[*]/peak_allocated_bytes": (_NUM, _NULL),
+    "benchmarks/[*]/ddpbench/memory/[*]/peak_reserved_bytes": (_NUM, _NULL),
+    "benchmarks/[*]/ddpbench/memory/[*]/held_before_bytes": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/memory_imbalance": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/scaling_efficiency": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/parity": (_DICT, _NULL), "benchmarks/[*]/ddpbench/parity/steps": (_NUM,),

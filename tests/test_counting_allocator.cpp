@@ -41,6 +41,30 @@ TEST(CpuMemoryCounter, FreeOnAnotherThreadCreditsTheAllocatingDevice) {
   EXPECT_EQ(CpuMemoryCounter::current_bytes(3), before);
 }
 
+TEST(MemoryProbe, BeginCaseNotesWhatEachDeviceAlreadyHoldsAndThePeakIncludesIt) {
+  CpuMemoryCounter::install();
+  const DeviceSet devices(DeviceKind::Cpu, 2, 1);
+  MemoryProbe probe(devices, 2);
+  constexpr std::int64_t kLeftover = 4 << 20, kCase = 8 << 20;
+  const std::int64_t before0 = CpuMemoryCounter::current_bytes(0), before1 = CpuMemoryCounter::current_bytes(1);
+  torch::Tensor leftover;
+  {
+    CpuMemoryCounter::DeviceScope scope(1);
+    leftover = torch::empty({kLeftover / 4}, torch::kFloat32);
+  }
+  probe.begin_case();
+  probe.reset();
+  {
+    CpuMemoryCounter::DeviceScope scope(1);
+    auto during_case = torch::empty({kCase / 4}, torch::kFloat32);
+  }
+  const auto memory = probe.read();
+  ASSERT_EQ(memory.size(), 2u);
+  EXPECT_EQ(memory[0].held_before_bytes, std::optional<std::int64_t>(before0));
+  EXPECT_EQ(memory[1].held_before_bytes, std::optional<std::int64_t>(before1 + kLeftover));
+  EXPECT_EQ(memory[1].peak_allocated_bytes, std::optional<std::int64_t>(before1 + kLeftover + kCase));
+}
+
 TEST(MemoryProbe, ImbalanceIsDeviceZeroOverTheMeanOfTheOthers) {
   std::vector<DeviceMemory> m(3);
   m[0].peak_allocated_bytes = 300;

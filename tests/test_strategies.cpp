@@ -63,6 +63,9 @@ TEST_P(EveryStrategy, RunsOrSaysWhyNotOnEveryWorkload) {
       EXPECT_TRUE(std::isfinite(r.final_loss));
       ASSERT_EQ(static_cast<int>(r.memory.size()), c.spec.world_size);
       EXPECT_GT(r.memory[0].peak_allocated_bytes.value_or(0), 0) << "the counting allocator saw nothing";
+      // Whatever ran before (other workloads' cases, this case's own earlier repetitions) left
+      // nothing on any device: each peak is the case's own.
+      for (const auto& m : r.memory) EXPECT_EQ(m.held_before_bytes, std::optional<std::int64_t>(0)) << "device " << m.device;
     }
     ASSERT_TRUE(c.parity.has_value());
     const auto& workload = WorkloadRegistry::instance().get(c.spec.workload);
@@ -122,6 +125,38 @@ INSTANTIATE_TEST_SUITE_P(Registered, EveryStrategy, ::testing::ValuesIn(Strategy
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
+
+// A small case measured after a large one in the same process peaks at what it peaks at alone: the
+// large case's bytes are gone before the small one starts (on CUDA, what LibTorch caches for streams
+// is given back between cases too: README, "Memory on CUDA").
+TEST(CaseMemory, ASmallCaseAfterALargeOneHasItsOwnPeak) {
+  const DeviceSet devices = resolve_devices({"cpu", 2, 1});
+  auto mlp_peaks = [&](std::vector<std::string> workloads) {
+    RunnerOptions o = small_run("dp");
+    o.workloads = std::move(workloads);
+    o.parity_steps = 0;
+    const RunRecord record = run_harness(o, devices);
+    std::vector<std::int64_t> peaks;
+    for (const auto& c : record.cases) {
+      if (c.spec.workload != "mlp") continue;
+      EXPECT_EQ(c.status, CaseStatus::Ok) << c.reason;
+      for (const auto& r : c.repetitions) {
+        for (const auto& m : r.memory) peaks.push_back(m.peak_allocated_bytes.value_or(-1));
+      }
+    }
+    return peaks;
+  };
+  const auto alone = mlp_peaks({"mlp"});
+  const auto after_large = mlp_peaks({"transformer", "mlp"});
+  ASSERT_EQ(alone.size(), 4u);  // 2 repetitions x 2 devices
+  ASSERT_EQ(after_large.size(), alone.size());
+  for (size_t i = 0; i < alone.size(); ++i) {
+    SCOPED_TRACE("repetition " + std::to_string(i / 2) + ", device " + std::to_string(i % 2));
+    EXPECT_GT(alone[i], 0);
+    // Exact on CPU, up to allocations of the loss's scalar bookkeeping: within 1%.
+    EXPECT_NEAR(static_cast<double>(after_large[i]), static_cast<double>(alone[i]), 0.01 * static_cast<double>(alone[i]));
+  }
+}
 
 class SingleOnEveryWorkload : public ::testing::TestWithParam<std::string> {};
 
