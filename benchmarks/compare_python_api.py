@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """ddpbench against PyTorch's Python API on the same machine and torch: `single` and `ddp` with one
 rank against the same training loop in Python, plain and under DistributedDataParallel
-(benchmarks/python_train_loop.py), on `mlp` and `transformer`.
+(benchmarks/python_train_loop.py), on `mlp`, `transformer` and `gpt2`.
 
 On the GPU machine both sides use the wheel's LibTorch (ddpbench built by scripts/build-gpu.sh), so
 the ratio is what ddpbench's harness and its own DDP cost or save against PyTorch's. Rounds are
 interleaved, the order rotating each round; each round runs each tool once in a fresh process and
 takes its mean step time. Ratios are throughputs, ddpbench's over Python's (above 1: ddpbench faster).
 
-    benchmarks/compare_python_api.py [--workloads mlp,transformer] [--device cuda] [--dtype bf16]
+    benchmarks/compare_python_api.py [--workloads mlp,transformer,gpt2] [--device cuda] [--dtype bf16]
                                      [--rounds 5] [--steps 50] [--warmup 10] [--build build-gpu]
+                                     [--seq-len N]
 """
 import argparse
 import json
@@ -28,6 +29,7 @@ def main():
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads on CPU (default: each tool's own)")
     p.add_argument("--python", default=sys.executable, help="the interpreter whose torch is the peer")
+    p.add_argument("--seq-len", type=int, default=0, help="gpt2: tokens a sample (default: each tool's)")
     args = p.parse_args()
 
     ratios, measured = {}, {}
@@ -39,6 +41,8 @@ def main():
             common += ["--batch", str(args.batch)]
         if args.threads:
             common += ["--threads", str(args.threads)]
+        if args.seq_len and workload == "gpt2":
+            common += ["--seq-len", str(args.seq_len)]
         peer = [args.python, os.path.join(ROOT, "benchmarks", "python_train_loop.py")] + common
         tools = {
             "ddpbench single": lambda: ddpbench_step_ms(args.build, ["--strategy", "single", "--world-size", "1"] + common),

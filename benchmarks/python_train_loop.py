@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ddpbench's `mlp` and `transformer` workloads in PyTorch's own Python API, trained by one process
+"""ddpbench's `mlp`, `transformer` and `gpt2` workloads in PyTorch's own Python API, trained by one process
 as plain code (`single`) or wrapped in torch's DistributedDataParallel with one rank (`ddp`, NCCL on
 CUDA, Gloo on CPU): the peer benchmarks/compare_python_api.py runs against ddpbench on the same
 machine, with the same torch (on the GPU machine, the wheel's; here, Debian's python3-torch).
@@ -8,8 +8,9 @@ Same model, loss, optimizer, batch and dtype as ddpbench (WORKLOADS.md); mixed p
 torch.autocast, and fp16 with a GradScaler. Each step is timed on the host after synchronising the
 device, as ddpbench times its steps. Prints one JSON line: {"step_ms": [...]}.
 
-    python_train_loop.py --workload mlp|transformer [--strategy single|ddp] [--device cpu|cuda]
+    python_train_loop.py --workload mlp|transformer|gpt2 [--strategy single|ddp] [--device cpu|cuda]
                          [--dtype fp32|bf16|fp16] [--steps 30] [--warmup 5] [--batch N] [--threads N]
+                         [--seq-len N]
 """
 import argparse
 import json
@@ -44,7 +45,44 @@ class CausalLM(nn.Module):
         return self.head(self.encoder(h.transpose(0, 1), mask).transpose(0, 1))
 
 
-def workload(name, batch, device):
+GPT2_VOCAB, GPT2_CONTEXT, GPT2_LAYERS, GPT2_HEADS, GPT2_WIDTH = 50257, 1024, 12, 12, 768
+
+
+class Gpt2Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(GPT2_WIDTH), nn.LayerNorm(GPT2_WIDTH)
+        self.c_attn = nn.Linear(GPT2_WIDTH, 3 * GPT2_WIDTH)
+        self.attn_proj = nn.Linear(GPT2_WIDTH, GPT2_WIDTH)
+        self.c_fc = nn.Linear(GPT2_WIDTH, 4 * GPT2_WIDTH)
+        self.mlp_proj = nn.Linear(4 * GPT2_WIDTH, GPT2_WIDTH)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        heads = lambda z: z.view(b, t, GPT2_HEADS, c // GPT2_HEADS).transpose(1, 2)  # noqa: E731
+        y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+        x = x + self.attn_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class Gpt2(nn.Module):
+    """ddpbench's `gpt2`: GPT-2 small as nanoGPT writes it (SDPA, pre-LayerNorm, tied output)."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(GPT2_VOCAB, GPT2_WIDTH), nn.Embedding(GPT2_CONTEXT, GPT2_WIDTH)
+        self.blocks = nn.ModuleList(Gpt2Block() for _ in range(GPT2_LAYERS))
+        self.ln_f = nn.LayerNorm(GPT2_WIDTH)
+
+    def forward(self, tokens):
+        h = self.wte(tokens) + self.wpe(torch.arange(tokens.size(1), device=tokens.device)).unsqueeze(0)
+        for block in self.blocks:
+            h = block(h)
+        return self.ln_f(h) @ self.wte.weight.t()
+
+
+def workload(name, batch, device, seq_len=0):
     """(model on `device`, optimizer factory, inputs, targets, batch) of a workload; 32 batches of data."""
     if name == "mlp":
         batch = batch or 128
@@ -53,6 +91,14 @@ def workload(name, batch, device):
         inputs = torch.randn(32 * batch, 784)
         targets = torch.randint(0, 10, (32 * batch,))
         make_optimizer = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)  # noqa: E731
+    elif name == "gpt2":
+        batch = batch or (16 if device.type == "cuda" else 2)
+        seq = seq_len or (GPT2_CONTEXT if device.type == "cuda" else 32)
+        model = Gpt2()
+        tokens = torch.randint(0, GPT2_VOCAB, (32 * batch, seq + 1))
+        inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        # PyTorch's default AdamW: multi-tensor (foreach) on CUDA.
+        make_optimizer = lambda p: torch.optim.AdamW(p, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)  # noqa: E731
     else:
         batch = batch or 32
         model = CausalLM()
@@ -71,7 +117,7 @@ def free_port():
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", choices=["mlp", "transformer"], required=True)
+    p.add_argument("--workload", choices=["mlp", "transformer", "gpt2"], required=True)
     p.add_argument("--strategy", choices=["single", "ddp"], default="single")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
@@ -79,6 +125,7 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batch", type=int, default=0, help="global batch (default: the workload's)")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: torch's)")
+    p.add_argument("--seq-len", type=int, default=0, help="gpt2: tokens a sample (default: 1024 on CUDA, 32 on CPU)")
     args = p.parse_args(argv)
     if args.dtype == "fp16" and args.device == "cpu":
         p.error("--dtype fp16 needs --device cuda")
@@ -88,7 +135,7 @@ def main(argv=None):
     if device.type == "cuda":
         torch.cuda.set_device(device)
     torch.manual_seed(42)
-    model, make_optimizer, inputs, targets, batch = workload(args.workload, args.batch, device)
+    model, make_optimizer, inputs, targets, batch = workload(args.workload, args.batch, device, args.seq_len)
     if args.strategy == "ddp":
         import torch.distributed as dist
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

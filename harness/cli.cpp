@@ -183,6 +183,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_option("--device", device, "auto | cpu | cuda (auto: CUDA when present)")->capture_default_str();
   app.add_option("--world-size", world_size, "devices for parallel strategies (default: visible GPUs, or 2 CPU virtual devices)");
   app.add_option("--batch", batch, "global batch over all devices (default: the workload's)");
+  std::string seq_len;
+  app.add_option("--seq-len", seq_len, "gpt2: tokens per sample, up to 1024 (default: 1024 on CUDA, 32 on CPU)");
   app.add_option("--steps", steps, "measured steps per repetition")->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured steps before each repetition")->capture_default_str();
   app.add_option("--repetitions", repetitions,
@@ -280,6 +282,12 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   }
   if (!threads.empty()) cmd.devices.threads = static_cast<int>(parse_count("--threads", threads, 1, 1024));
   if (!batch.empty()) r.global_batch = parse_count("--batch", batch, 1);
+  if (!seq_len.empty()) {
+    std::int64_t longest = 0;
+    for (const auto& w : r.workloads) longest = std::max(longest, WorkloadRegistry::instance().get(w).max_sequence_length());
+    if (longest == 0) throw UsageError("--seq-len: none of the workloads run takes a sequence length (gpt2 does)");
+    r.sequence_length = parse_count("--seq-len", seq_len, 1, longest);
+  }
   r.steps = static_cast<int>(parse_count("--steps", steps, 1, 1000000));
   r.warmup = static_cast<int>(parse_count("--warmup", warmup, 0, 1000000));
   parse_sampling(app.count("--repetitions") > 0 ? std::optional<std::string>(repetitions) : std::nullopt,
@@ -380,6 +388,7 @@ std::vector<std::string> rank_command_line(const RunnerOptions& options, const D
                                    "--no-json"};
   if (options.global_batch) args.insert(args.end(), {"--batch", std::to_string(*options.global_batch)});
   if (options.dataset_size) args.insert(args.end(), {"--dataset-size", std::to_string(*options.dataset_size)});
+  if (options.sequence_length) args.insert(args.end(), {"--seq-len", std::to_string(*options.sequence_length)});
   if (options.loader.pin_memory) args.push_back("--pin-memory");
   const auto& ddp = options.strategy.ddp;
   if (!ddp.overlap) args.push_back("--no-overlap");

@@ -197,6 +197,7 @@ bool Runner::stop_requested() { return g_stop_requested.load(); }
 
 Runner::Runner(RunnerOptions options, DeviceSet devices, RunContext context)
     : options_(std::move(options)), devices_(devices) {
+  configure_workloads({devices_.is_cuda(), options_.sequence_length});
   record_.context = std::move(context);
   auto& s = record_.settings;
   s.steps = options_.steps;

@@ -22,6 +22,7 @@ struct RunnerOptions {
   std::vector<std::string> workloads;
   std::vector<std::string> strategies;
   std::optional<std::int64_t> global_batch;  // none: each workload's default
+  std::optional<std::int64_t> sequence_length;  // --seq-len (gpt2's tokens per sample); none: its default
   std::optional<std::int64_t> dataset_size;  // none: 32 global batches
   int steps = 30;
   int warmup = 5;

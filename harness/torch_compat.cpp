@@ -2,12 +2,24 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/softmax.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <ATen/ops/scaled_dot_product_attention.h>
+#endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/_fused_sgd.h>
+#endif
 #include <torch/cuda.h>
 
 #include <c10/util/Logging.h>
 #include <dlfcn.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -95,6 +107,50 @@ void autocast_exit(c10::DeviceType device_type, const AutocastState& previous) {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   set_autocast_state(device_type, previous);
 }
+
+at::Tensor causal_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(query, key, value, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#else
+  const auto tokens = query.size(-2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
+  auto scores = at::matmul(query, key.transpose(-2, -1)) * scale;
+  const auto future = at::ones({tokens, tokens}, query.options().dtype(at::kBool)).triu(1);
+  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  return at::matmul(at::softmax(scores, -1), value);
+#endif
+}
+
+#define DDPBENCH_HAVE_FUSED_OPTIMIZERS (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+
+bool has_fused_optimizers(c10::DeviceType device_type) {
+  return DDPBENCH_HAVE_FUSED_OPTIMIZERS && (device_type == c10::DeviceType::CPU || device_type == c10::DeviceType::CUDA);
+}
+
+void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                      const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                      const std::vector<at::Tensor>& state_steps, const FusedAdamWOptions& o) {
+#if DDPBENCH_HAVE_FUSED_OPTIMIZERS
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, state_steps, o.lr, o.beta1, o.beta2,
+                    o.weight_decay, o.eps, /*amsgrad=*/false, /*maximize=*/false);
+#else
+  (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)state_steps, (void)o;
+  throw std::logic_error("fused_adamw_step: this LibTorch has no fused AdamW (has_fused_optimizers says so)");
+#endif
+}
+
+void fused_sgd_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                    const std::vector<at::Tensor>& momentum_buffers, bool first_step, const FusedSgdOptions& o) {
+#if DDPBENCH_HAVE_FUSED_OPTIMIZERS
+  at::_fused_sgd_(params, grads, momentum_buffers, o.weight_decay, o.momentum, o.lr, o.dampening, o.nesterov,
+                  /*maximize=*/false, first_step);
+#else
+  (void)params, (void)grads, (void)momentum_buffers, (void)first_step, (void)o;
+  throw std::logic_error("fused_sgd_step: this LibTorch has no fused SGD (has_fused_optimizers says so)");
+#endif
+}
+
+const char* causal_attention_kernel() { return TORCH_VERSION_MAJOR >= 2 ? "sdpa" : "plain"; }
 
 #if DDPBENCH_WITH_CUDA
 

@@ -12,9 +12,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace at {
 class Generator;
+class Tensor;
 }
 
 namespace ddpbench::compat {
@@ -92,6 +94,31 @@ struct AutocastState {
 };
 AutocastState autocast_enter(c10::DeviceType device_type, c10::ScalarType dtype);
 void autocast_exit(c10::DeviceType device_type, const AutocastState& previous);
+
+// Causal self-attention over [batch, heads, tokens, head_dim] queries, keys and values: ATen's
+// scaled_dot_product_attention from LibTorch 2.0 on (flash or memory-efficient kernels on recent
+// GPUs, a fused CPU kernel), else softmax(q k^T / sqrt(d) + causal mask) v written out.
+at::Tensor causal_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value);
+// Which of the two causal_attention computes here: "sdpa" or "plain".
+const char* causal_attention_kernel();
+
+// ATen's fused optimizer kernels (one kernel for all parameters of a step): _fused_adamw_ and
+// _fused_sgd_, on CPU and CUDA from LibTorch 2.4 on. Where absent, optim/ falls back to the
+// multi-tensor _foreach_ ops. Like torch/optim's callers, the AdamW one expects each state_step
+// already advanced by one.
+bool has_fused_optimizers(c10::DeviceType device_type);
+struct FusedAdamWOptions {
+  double lr, beta1, beta2, weight_decay, eps;
+};
+void fused_adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                      const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                      const std::vector<at::Tensor>& state_steps, const FusedAdamWOptions& options);
+struct FusedSgdOptions {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov;
+};
+void fused_sgd_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                    const std::vector<at::Tensor>& momentum_buffers, bool first_step, const FusedSgdOptions& options);
 
 // A CPU generator seeded deterministically, independent of the global one.
 at::Generator make_cpu_generator(std::uint64_t seed);

@@ -21,6 +21,7 @@ namespace {
 using nlohmann::json;
 using testing::find_case;
 using testing::read_text;
+using testing::suite_workload_list;
 using testing::run_process;
 using testing::ScratchDir;
 
@@ -245,7 +246,7 @@ TEST_P(HogwildRun, LossFallsOnMlpAgainstSingleAtEqualSamples) {
 
 TEST_P(HogwildRun, RunsEveryWorkloadWithSyncEvery) {
   ScratchDir dir;
-  const auto r = run_process(hogwild_run(dir.file("r.json"), {"--workload", "all", "--hogwild-mode", GetParam(),
+  const auto r = run_process(hogwild_run(dir.file("r.json"), {"--workload", suite_workload_list(), "--hogwild-mode", GetParam(),
                                                               "--sync-every", "2", "--batch", "8", "--dataset-size", "32"}));
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   const json doc = json::parse(read_text(dir.file("r.json")));

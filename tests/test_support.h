@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "workloads/workload.h"
+
 namespace ddpbench::testing {
 
 struct ProcessResult {
@@ -203,6 +205,24 @@ inline std::pair<std::string, std::string> unique_marker() {
 }
 inline std::string marker_text(const std::pair<std::string, std::string>& marker) {
   return marker.first + "=" + marker.second;
+}
+
+// The workloads the suites run under every strategy: all but gpt2, whose 124M parameters take
+// seconds a step on a CPU core. gpt2 has tests of its own (test_workloads.cpp, and
+// Gpt2.UnderEveryStrategyMatchesSingle at 8 tokens a sample).
+inline std::vector<std::string> suite_workloads() {
+  std::vector<std::string> out;
+  for (const auto& w : ::ddpbench::WorkloadRegistry::instance().names()) {
+    if (w != "gpt2") out.push_back(w);
+  }
+  return out;
+}
+
+// suite_workloads() as a --workload value.
+inline std::string suite_workload_list() {
+  std::string out;
+  for (const auto& w : suite_workloads()) out += (out.empty() ? "" : ",") + w;
+  return out;
 }
 
 // The ddpbench binary built alongside the tests.

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "harness/torch_compat.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {
@@ -115,9 +116,66 @@ INSTANTIATE_TEST_SUITE_P(Registered, EveryWorkload, ::testing::ValuesIn(Workload
                            return n;
                          });
 
-TEST(Workloads, AllFourOfWorkloadsMdAreRegistered) {
+TEST(Workloads, TheFourOfWorkloadsMdAndGpt2AreRegistered) {
   EXPECT_EQ(WorkloadRegistry::instance().names(),
-            (std::vector<std::string>{"mlp", "convnet", "transformer", "wide-logits"}));
+            (std::vector<std::string>{"mlp", "convnet", "gpt2", "transformer", "wide-logits"}));
+}
+
+// Sets the run-wide workload settings for one test and puts back the default after it.
+struct SettingsFor {
+  explicit SettingsFor(WorkloadSettings s) { configure_workloads(s); }
+  ~SettingsFor() { configure_workloads({}); }
+};
+
+TEST(Gpt2, IsGpt2SmallExactly) {
+  const auto& gpt2 = WorkloadRegistry::instance().get("gpt2");
+  // nanoGPT's GPT-2 (124M) with the output projection tied to the token embedding.
+  EXPECT_EQ(gpt2.facts().parameters, 124439808);
+  EXPECT_EQ(gpt2.max_sequence_length(), 1024);
+  const double n = 124439808.0 - 1024 * 768;  // without the position table, as nanoGPT counts
+  {
+    SettingsFor cpu({false, std::nullopt});
+    EXPECT_EQ(gpt2.default_global_batch(), 2);
+    EXPECT_EQ(gpt2.make_dataset(3, 0).inputs.sizes(), (std::vector<int64_t>{3, 32}));
+    EXPECT_DOUBLE_EQ(gpt2.flops_per_sample(), 32 * (6 * n + 12.0 * 12 * 768 * 32));
+  }
+  {
+    SettingsFor gpu({true, std::nullopt});
+    EXPECT_EQ(gpt2.default_global_batch(), 16);
+    EXPECT_EQ(gpt2.make_dataset(1, 0).inputs.sizes(), (std::vector<int64_t>{1, 1024}));
+    // Per token 6N + 12 L C T = 742M + 113M FLOPs: 0.876 TFLOP a 1024-token sequence.
+    EXPECT_DOUBLE_EQ(gpt2.flops_per_sample(), 1024 * (6 * n + 12.0 * 12 * 768 * 1024));
+  }
+  SettingsFor short_samples({false, 5});
+  const auto data = gpt2.make_dataset(2, 0);
+  EXPECT_EQ(data.inputs.sizes(), (std::vector<int64_t>{2, 5}));
+  // Targets are the inputs shifted by one token.
+  using torch::indexing::Slice;
+  EXPECT_TRUE(torch::equal(data.inputs.index({Slice(), Slice(1, 5)}), data.targets.index({Slice(), Slice(0, 4)})));
+  EXPECT_LT(data.inputs.max().item<int64_t>(), 50257);
+}
+
+TEST(Gpt2, AttentionIsCausalAndMatchesItsDefinition) {
+  // compat::causal_attention (ATen's fused kernel on 2.x) against softmax(q k^T / sqrt(d) + mask) v.
+  torch::manual_seed(0);
+  const auto q = torch::randn({2, 3, 7, 16}, torch::kFloat64), k = torch::randn({2, 3, 7, 16}, torch::kFloat64),
+             v = torch::randn({2, 3, 7, 16}, torch::kFloat64);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / 4.0;
+  scores = scores.masked_fill(torch::ones({7, 7}, torch::kBool).triu(1), -INFINITY);
+  const auto expected = torch::matmul(torch::softmax(scores, -1), v);
+  EXPECT_TRUE(torch::allclose(compat::causal_attention(q, k, v), expected, 1e-12, 1e-12));
+
+  // In the model: changing the last token changes no earlier position's logits.
+  torch::manual_seed(1);
+  const auto model = WorkloadRegistry::instance().get("gpt2").make_model();
+  torch::NoGradGuard no_grad;
+  auto tokens = torch::randint(0, 50257, {1, 6}, torch::kInt64);
+  const auto before = model->forward(tokens);
+  tokens.index_put_({0, 5}, (tokens.index({0, 5}) + 1) % 50257);
+  const auto after = model->forward(tokens);
+  using torch::indexing::Slice;
+  EXPECT_TRUE(torch::equal(before.index({Slice(), Slice(0, 5)}), after.index({Slice(), Slice(0, 5)})));
+  EXPECT_FALSE(torch::equal(before.index({Slice(), 5}), after.index({Slice(), 5})));
 }
 
 TEST(Workloads, MlpMatchesItsFixedDefinition) {

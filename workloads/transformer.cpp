@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "harness/torch_compat.h"
+#include "optim/optimizers.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {
@@ -57,7 +58,7 @@ class TransformerWorkload final : public Workload {
   std::int64_t default_global_batch() const override { return 32; }
   ModelPtr make_model() const override { return std::make_shared<TransformerModel>(); }
   std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tensor> parameters) const override {
-    return std::make_unique<torch::optim::AdamW>(std::move(parameters), torch::optim::AdamWOptions(1e-3));
+    return make_adamw(std::move(parameters), torch::optim::AdamWOptions(1e-3));
   }
   // AdamW's first steps are about lr * g / (|g| + eps): where the true gradient is zero and the
   // computed one is rounding noise of order eps (the attention key bias: softmax ignores a shift

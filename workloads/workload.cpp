@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "harness/errors.h"
+#include "optim/optimizers.h"
 
 namespace ddpbench {
 
@@ -56,8 +57,7 @@ ModelPtr clone_model(const WorkloadModel& model, const c10::Device& device) {
 }
 
 std::unique_ptr<torch::optim::Optimizer> Workload::make_optimizer(std::vector<torch::Tensor> parameters) const {
-  return std::make_unique<torch::optim::SGD>(std::move(parameters),
-                                             torch::optim::SGDOptions(0.01).momentum(0.9));
+  return make_sgd(std::move(parameters), torch::optim::SGDOptions(0.01).momentum(0.9));
 }
 
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
@@ -83,6 +83,16 @@ WorkloadFacts Workload::facts() const {
   f.flops_per_sample = flops_per_sample();
   return f;
 }
+
+namespace {
+WorkloadSettings& settings_slot() {
+  static WorkloadSettings settings;
+  return settings;
+}
+}  // namespace
+
+void configure_workloads(const WorkloadSettings& settings) { settings_slot() = settings; }
+const WorkloadSettings& workload_settings() { return settings_slot(); }
 
 WorkloadRegistry& WorkloadRegistry::instance() {
   static WorkloadRegistry registry;

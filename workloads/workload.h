@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,17 @@ struct WorkloadFacts {
   double flops_per_sample = 0;  // forward + backward, multiply-adds counted as two
 };
 
+// Run-wide choices that some workloads size themselves by: gpt2 takes its tokens per sample and
+// its default batch from them. Set once per process before any model, dataset or default batch is
+// asked for (Runner's constructor; the launcher, each rank and each worker process parse the same
+// flags), so every process of a run agrees.
+struct WorkloadSettings {
+  bool cuda = false;                            // the run's devices are GPUs
+  std::optional<std::int64_t> sequence_length;  // --seq-len; none: the workload's default
+};
+void configure_workloads(const WorkloadSettings& settings);
+const WorkloadSettings& workload_settings();
+
 class Workload {
  public:
   virtual ~Workload() = default;
@@ -81,6 +93,8 @@ class Workload {
   virtual double flops_per_sample() const = 0;
   // True where per-replica BatchNorm statistics make data-parallel results differ from `single`.
   virtual bool has_batch_norm() const { return false; }
+  // The largest --seq-len the model accepts (its positional table); 0: --seq-len does not apply.
+  virtual std::int64_t max_sequence_length() const { return 0; }
 
   // Parameter count and gradient bytes, from a model built once and cached.
   WorkloadFacts facts() const;

@@ -1,0 +1,27 @@
+#pragma once
+// AdamW and SGD with momentum that update every parameter of a step in a few kernels: ATen's fused
+// kernels where this LibTorch has them for the parameters' device (compat::has_fused_optimizers),
+// else its multi-tensor _foreach_ ops. LibTorch's own torch::optim runs about eight kernels per
+// parameter and step, which on a GPU is launch overhead the Python optimizers (foreach by default
+// on CUDA, fused on request) do not pay. Same arithmetic as torch::optim::AdamW / SGD, tested
+// against them (tests/test_optimizers.cpp).
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ddpbench {
+
+// Which implementation an optimizer of this build uses on `device_type`: "fused" or "foreach".
+std::string optimizer_implementation(c10::DeviceType device_type);
+
+// Supported: weight decay, no amsgrad. Throws std::invalid_argument for amsgrad.
+std::unique_ptr<torch::optim::Optimizer> make_adamw(std::vector<torch::Tensor> parameters,
+                                                   const torch::optim::AdamWOptions& options);
+// Supported: momentum > 0, dampening, weight decay, nesterov.
+std::unique_ptr<torch::optim::Optimizer> make_sgd(std::vector<torch::Tensor> parameters,
+                                                 const torch::optim::SGDOptions& options);
+
+}  // namespace ddpbench

@@ -1,0 +1,151 @@
+// `gpt2`: GPT-2 small exactly (124,439,808 parameters), the GPU-sized workload. Vocabulary 50257,
+// context 1024, 12 layers, 12 heads, width 768, GELU (tanh), pre-LayerNorm, the output projection
+// tied to the token embedding; causal LM loss, AdamW as nanoGPT trains it. docs/workloads.md.
+//
+// Tokens per sample: 1024 on CUDA, 32 on a CPU (so that `--strategy all` takes minutes there),
+// `--seq-len` to choose; the model is the same at any length up to its context.
+#include <torch/nn/init.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/optim/adamw.h>
+
+#include <cmath>
+
+#include "harness/torch_compat.h"
+#include "optim/optimizers.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+namespace {
+
+constexpr std::int64_t kVocab = 50257;
+constexpr std::int64_t kContext = 1024;
+constexpr std::int64_t kLayers = 12;
+constexpr std::int64_t kHeads = 12;
+constexpr std::int64_t kWidth = 768;
+constexpr std::int64_t kCpuSequence = 32;
+
+std::int64_t sequence_length() {
+  const auto& s = workload_settings();
+  return s.sequence_length.value_or(s.cuda ? kContext : kCpuSequence);
+}
+
+// GPT-2's initialisation: N(0, 0.02) for weights and embeddings, zero biases, and the projections
+// that end a residual branch scaled by 1/sqrt(2 * layers) (two branches a layer add to the stream).
+void init_linear(torch::nn::Linear& linear, double std) {
+  torch::NoGradGuard no_grad;
+  torch::nn::init::normal_(linear->weight, 0.0, std);
+  torch::nn::init::zeros_(linear->bias);
+}
+
+class Block final : public torch::nn::Module {
+ public:
+  Block() {
+    const double residual_std = 0.02 / std::sqrt(2.0 * kLayers);
+    ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})));
+    c_attn = register_module("c_attn", torch::nn::Linear(kWidth, 3 * kWidth));
+    attn_proj = register_module("attn_proj", torch::nn::Linear(kWidth, kWidth));
+    ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})));
+    c_fc = register_module("c_fc", torch::nn::Linear(kWidth, 4 * kWidth));
+    mlp_proj = register_module("mlp_proj", torch::nn::Linear(4 * kWidth, kWidth));
+    init_linear(c_attn, 0.02);
+    init_linear(attn_proj, residual_std);
+    init_linear(c_fc, 0.02);
+    init_linear(mlp_proj, residual_std);
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const auto batch = x.size(0), tokens = x.size(1);
+    auto qkv = c_attn->forward(ln_1->forward(x)).split(kWidth, /*dim=*/2);
+    auto heads = [&](const torch::Tensor& t) { return t.view({batch, tokens, kHeads, kWidth / kHeads}).transpose(1, 2); };
+    auto attended = compat::causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
+    auto h = x + attn_proj->forward(attended.transpose(1, 2).contiguous().view({batch, tokens, kWidth}));
+    return h + mlp_proj->forward(torch::gelu(c_fc->forward(ln_2->forward(h)), "tanh"));
+  }
+
+ private:
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  torch::nn::Linear c_attn{nullptr}, attn_proj{nullptr}, c_fc{nullptr}, mlp_proj{nullptr};
+};
+
+class Gpt2Model final : public DefaultConstructedModel<Gpt2Model> {
+ public:
+  Gpt2Model() {
+    wte = register_module("wte", torch::nn::Embedding(kVocab, kWidth));
+    wpe = register_module("wpe", torch::nn::Embedding(kContext, kWidth));
+    {
+      torch::NoGradGuard no_grad;
+      torch::nn::init::normal_(wte->weight, 0.0, 0.02);
+      torch::nn::init::normal_(wpe->weight, 0.0, 0.02);
+    }
+    for (std::int64_t i = 0; i < kLayers; ++i) blocks.push_back(register_module("h" + std::to_string(i), std::make_shared<Block>()));
+    ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})));
+  }
+  // input: [batch, tokens] token ids; output: [batch, tokens, vocab] logits.
+  torch::Tensor forward(const torch::Tensor& input) override {
+    auto h = wte->forward(input) + wpe->forward(torch::arange(input.size(1), input.options())).unsqueeze(0);
+    for (const auto& block : blocks) h = block->forward(h);
+    // Tied output projection: the token embedding's own weight, so one parameter gets both gradients.
+    return torch::matmul(ln_f->forward(h), wte->weight.t());
+  }
+
+ private:
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  std::vector<std::shared_ptr<Block>> blocks;
+  torch::nn::LayerNorm ln_f{nullptr};
+};
+
+class Gpt2Workload final : public Workload {
+ public:
+  std::string name() const override { return "gpt2"; }
+  std::string description() const override {
+    return "GPT-2 small (124M): vocab 50257, 12 layers, 12 heads, width 768, " + std::to_string(sequence_length()) +
+           " tokens a sample (--seq-len), " + compat::causal_attention_kernel() +
+           " attention; AdamW lr 6e-4 betas 0.9/0.95 wd 0.1 (batch " + std::to_string(default_global_batch()) + ")";
+  }
+  // 16 x 1024 tokens on one 80 GB GPU (the batch of the peers in the GPU truth issue); 2 x 32 on a
+  // CPU, a sample for each of its two default virtual devices.
+  std::int64_t default_global_batch() const override { return workload_settings().cuda ? 16 : 2; }
+  ModelPtr make_model() const override { return std::make_shared<Gpt2Model>(); }
+  std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tensor> parameters) const override {
+    return make_adamw(std::move(parameters), torch::optim::AdamWOptions(6e-4).betas({0.9, 0.95}).weight_decay(0.1));
+  }
+  // As for `transformer`: AdamW turns rounding noise in near-zero gradients into steps of size lr,
+  // so parity against `single` uses SGD with momentum.
+  std::unique_ptr<torch::optim::Optimizer> make_parity_optimizer(std::vector<torch::Tensor> parameters) const override {
+    return Workload::make_optimizer(std::move(parameters));
+  }
+  Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
+    // transformer's learnable next-token rule with noise, over GPT-2's vocabulary.
+    const std::int64_t tokens_per_sample = sequence_length();
+    auto gen = compat::make_cpu_generator(seed);
+    auto random_tokens = torch::randint(0, kVocab, {size, tokens_per_sample + 1}, gen, torch::kInt64);
+    auto follow_rule = torch::rand({size, tokens_per_sample + 1}, gen) < 0.8;
+    auto tokens = random_tokens.clone();
+    for (std::int64_t i = 1; i <= tokens_per_sample; ++i) {
+      auto ruled = (tokens.select(1, i - 1) * 31 + 7).remainder(kVocab);
+      tokens.select(1, i).copy_(torch::where(follow_rule.select(1, i), ruled, random_tokens.select(1, i)));
+    }
+    using torch::indexing::Slice;
+    return {tokens.index({Slice(), Slice(0, tokens_per_sample)}).contiguous(),
+            tokens.index({Slice(), Slice(1, tokens_per_sample + 1)}).contiguous()};
+  }
+  // nanoGPT's count, so that fraction_of_peak is MFU as it reports it: 6 N per token for the
+  // matrix products of forward and backward (N without the position table, which does no
+  // products; with the tied output projection, which does), plus 12 L C T for attention's scores
+  // and weighted sums.
+  double flops_per_sample() const override {
+    const double tokens = static_cast<double>(sequence_length());
+    const double n = static_cast<double>(kVocab * kWidth) +
+                     kLayers * (2.0 * 2 * kWidth + (3.0 * kWidth * kWidth + 3 * kWidth) + (kWidth * kWidth + kWidth) +
+                                (4.0 * kWidth * kWidth + 4 * kWidth) + (4.0 * kWidth * kWidth + kWidth)) +
+                     2.0 * kWidth;
+    return tokens * (6.0 * n + 12.0 * kLayers * kWidth * tokens);
+  }
+  std::int64_t max_sequence_length() const override { return kContext; }
+};
+
+}  // namespace
+DDPBENCH_REGISTER_WORKLOAD(Gpt2Workload);
+}  // namespace ddpbench
