@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/softmax.h>
@@ -199,16 +200,28 @@ void cuda_set_device(int index) {
   }
 }
 
+namespace {
+// LibTorch sets up CUDA, and its caching allocator's state for each device, on first use; before
+// that the allocator's statistics throw "Invalid device argument" (a rank's first CUDA call can be
+// the memory probe's). A tensor of one element on the device sets everything up.
+void initialise_cuda(int index) {
+  (void)at::empty({1}, at::TensorOptions().device(at::kCUDA, static_cast<c10::DeviceIndex>(index)));
+}
+}  // namespace
+
 void cuda_reset_peak_memory(int index) {
+  initialise_cuda(index);
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
 }
 
 std::int64_t cuda_allocated_bytes(int index) {
+  initialise_cuda(index);
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
   return stats.allocated_bytes[0].current;
 }
 
 void cuda_release_cached_memory(int index) {
+  initialise_cuda(index);
   cuda_synchronize(index);
 #if TORCH_VERSION_MAJOR >= 2
   // One map for all devices: it releases every device's workspaces, which are rebuilt on first use.
@@ -218,14 +231,20 @@ void cuda_release_cached_memory(int index) {
 }
 
 CudaMemoryPeak cuda_peak_memory(int index) {
+  initialise_cuda(index);
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
   // Index 0 is the aggregate over small and large pools in every version we support.
   return {stats.allocated_bytes[0].peak, stats.reserved_bytes[0].peak};
 }
 
-std::shared_ptr<void> use_pool_cuda_stream(int index) {
-  return std::make_shared<c10::cuda::CUDAStreamGuard>(
+std::shared_ptr<void> cuda_pool_stream(int index) {
+  return std::make_shared<c10::cuda::CUDAStream>(
       c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(index)));
+}
+
+std::shared_ptr<void> use_cuda_stream(const std::shared_ptr<void>& stream) {
+  if (!stream) return nullptr;
+  return std::make_shared<c10::cuda::CUDAStreamGuard>(*static_cast<const c10::cuda::CUDAStream*>(stream.get()));
 }
 
 namespace {
@@ -264,7 +283,8 @@ void cuda_reset_peak_memory(int) {}
 std::int64_t cuda_allocated_bytes(int) { return 0; }
 void cuda_release_cached_memory(int) {}
 CudaMemoryPeak cuda_peak_memory(int) { return {}; }
-std::shared_ptr<void> use_pool_cuda_stream(int) { return nullptr; }
+std::shared_ptr<void> cuda_pool_stream(int) { return nullptr; }
+std::shared_ptr<void> use_cuda_stream(const std::shared_ptr<void>&) { return nullptr; }
 std::shared_ptr<void> cuda_record_event(int) { return nullptr; }
 double cuda_elapsed_seconds(const std::shared_ptr<void>&, const std::shared_ptr<void>&) { return 0; }
 

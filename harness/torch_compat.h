@@ -71,10 +71,13 @@ std::int64_t cuda_allocated_bytes(int index);
 // figure). Waits for the device first. Workspaces are released from LibTorch 2.0 on; 1.13 has no
 // call for it (and no CUDA build of ours). Nothing on CPU builds.
 void cuda_release_cached_memory(int index);
-// While the returned handle lives, the calling thread's current stream on CUDA device `index` is
-// one of LibTorch's pool streams (round-robin, so up to 32 concurrent holders get distinct ones).
-// On CPU-only builds it does nothing and returns an empty handle.
-std::shared_ptr<void> use_pool_cuda_stream(int index);
+// One of LibTorch's pool streams of CUDA device `index` (round-robin over 32), as an opaque handle
+// to keep: a thread that ran on a new pool stream every step would leave cuBLAS a 32 MiB workspace
+// on each of them. Empty on CPU-only builds.
+std::shared_ptr<void> cuda_pool_stream(int index);
+// While the returned guard lives, the calling thread's current stream is `stream` (from
+// cuda_pool_stream). Does nothing with an empty handle.
+std::shared_ptr<void> use_cuda_stream(const std::shared_ptr<void>& stream);
 CudaMemoryPeak cuda_peak_memory(int index);
 
 // A timing CUDA event recorded now on the calling thread's current stream of device `index`; it is

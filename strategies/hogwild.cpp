@@ -74,6 +74,7 @@ class HogwildStrategy final : public Strategy {
     const auto parameters = model_->parameters();
     const auto buffers = model_->buffers();
     for (int i = 0; i < workers_count_; ++i) {
+      if (cuda_) worker_streams_.push_back(compat::cuda_pool_stream(device_.index()));
       workers_.push_back(std::make_unique<HogwildWorker>(clone_model(*model_, device_), parameters, buffers, *workload_,
                                                          setup.make_optimizer, options_.sync_every, updates_,
                                                          setup.precision));
@@ -102,7 +103,7 @@ class HogwildStrategy final : public Strategy {
       std::shared_ptr<void> stream;
       if (cuda_) {
         compat::cuda_set_device(device_.index());
-        stream = compat::use_pool_cuda_stream(device_.index());
+        stream = compat::use_cuda_stream(worker_streams_[k]);
       }
       // Each worker's own step range on its own thread, its phases nested in it, in the trace too.
       auto& own = recorders_[k];
@@ -188,6 +189,7 @@ class HogwildStrategy final : public Strategy {
   ModelPtr model_;  // its parameters are the shared ones
   std::atomic<std::uint64_t> updates_{0};
   std::vector<std::unique_ptr<HogwildWorker>> workers_;
+  std::vector<std::shared_ptr<void>> worker_streams_;  // CUDA: each worker's own stream, for every step
   std::vector<PhaseRecorder> recorders_;  // threads mode: each worker's own
   std::unique_ptr<DeviceWorkers> threads_;
   std::vector<std::int64_t> staleness_;  // of every update that wrote, since the last reset
