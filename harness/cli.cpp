@@ -205,6 +205,13 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_option("--loader-workers", loader_workers, "threads assembling batches ahead (0: inline)")
       ->capture_default_str();
   app.add_flag("--pin-memory", pin_memory, "assemble batches in pinned host memory (CUDA only)");
+  std::string data_path;
+  bool data_on_device = false;
+  app.add_option("--data-path", data_path,
+                 "where batches are placed: host (the strategy copies them in its step), prefetch (on the "
+                 "device a step ahead), device (the dataset on the device), auto (default: prefetch on CUDA, "
+                 "host on CPU)");
+  app.add_flag("--data-on-device", data_on_device, "the dataset on the device: --data-path device");
   app.add_option("--dataset-size", dataset_size, "samples in the synthetic dataset (default: 32 global batches)");
   app.add_option("--parity-steps", parity_steps, "untimed steps of the parity check against single (0: off)")
       ->capture_default_str();
@@ -296,6 +303,11 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   r.timeout_seconds = parse_seconds("--timeout", timeout);
   r.loader.workers = static_cast<int>(parse_count("--loader-workers", loader_workers, 0, 64));
   r.loader.pin_memory = pin_memory;
+  if (data_on_device && !data_path.empty() && data_path != "device") {
+    throw UsageError("--data-on-device: contradicts --data-path " + data_path);
+  }
+  if (!data_path.empty()) r.data_path = parse_data_path("--data-path", data_path);
+  if (data_on_device) r.data_path = DataPath::Device;
   if (!dataset_size.empty()) r.dataset_size = parse_count("--dataset-size", dataset_size, 1);
   r.parity_steps = static_cast<int>(parse_count("--parity-steps", parity_steps, 0, 10000));
   r.precision = parse_precision("--dtype", dtype);
@@ -390,6 +402,7 @@ std::vector<std::string> rank_command_line(const RunnerOptions& options, const D
   if (options.dataset_size) args.insert(args.end(), {"--dataset-size", std::to_string(*options.dataset_size)});
   if (options.sequence_length) args.insert(args.end(), {"--seq-len", std::to_string(*options.sequence_length)});
   if (options.loader.pin_memory) args.push_back("--pin-memory");
+  args.insert(args.end(), {"--data-path", to_string(options.data_path)});
   const auto& ddp = options.strategy.ddp;
   if (!ddp.overlap) args.push_back("--no-overlap");
   if (ddp.grad_as_bucket_view) args.push_back("--grad-as-bucket-view");

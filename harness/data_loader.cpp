@@ -76,8 +76,10 @@ Batch BatchLoader::assemble(std::int64_t step) const {
   Batch b;
   b.step = step;
   b.epoch = sampler_.epoch_of(step);
-  b.inputs = dataset_.inputs.index_select(0, index);
-  b.targets = dataset_.targets.index_select(0, index);
+  // A dataset on a GPU (--data-path device) gathers its batch there, by indices moved there.
+  const auto& on_gpu = dataset_.inputs.is_cuda() ? index.to(dataset_.inputs.device()) : index;
+  b.inputs = dataset_.inputs.index_select(0, on_gpu);
+  b.targets = dataset_.targets.index_select(0, on_gpu);
   if (options_.pin_memory) {
     b.inputs = b.inputs.pin_memory();
     b.targets = b.targets.pin_memory();

@@ -282,6 +282,7 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     f["memory"] = memory_json(r.memory);
     f["memory_imbalance"] = optional_json(memory_imbalance(r.memory));
     f["peak_rss_bytes"] = optional_json(r.peak_rss_bytes);
+    f["data_path"] = r.data_path;
     f["first_loss"] = r.first_loss;
     f["final_loss"] = r.final_loss;
     json curve_samples = json::array(), curve_loss = json::array();

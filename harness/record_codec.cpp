@@ -121,7 +121,8 @@ std::string encode(const RepetitionRecord& r) {
               {"final_loss", number(r.final_loss)},
               {"step_losses", numbers(r.step_losses)},
               {"ranks", ranks},
-              {"comm", comm}}
+              {"comm", comm},
+              {"data_path", r.data_path}}
       .dump();
 }
 
@@ -138,6 +139,7 @@ RepetitionRecord decode_repetition(const std::string& text) {
     r.final_loss = number_from(j.at("final_loss"));
     for (const auto& x : j.at("step_losses")) r.step_losses.push_back(number_from(x));
     for (const auto& rank : j.at("ranks")) r.ranks.push_back(rank_from_json(rank));
+    r.data_path = j.at("data_path").get<std::string>();
     if (!j.at("comm").is_null()) {
       const auto& c = j.at("comm");
       CommSummary s;

@@ -45,6 +45,7 @@ struct RepetitionRecord {
   std::vector<RankRecord> ranks;      // multi-process cases: every rank, rank 0 first
   std::optional<CommSummary> comm;    // strategies that all-reduce: rank 0's communication
   std::optional<AsyncSummary> async;  // asynchronous strategies: staleness of the updates
+  std::string data_path;              // where batches were placed: host, prefetch or device
 
   double mean_step_seconds() const;
   // Slowest rank over the median rank, by the time each spent on its own work per step (step

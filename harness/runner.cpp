@@ -338,9 +338,18 @@ RankTaskOutput Runner::run_on_ranks(const RankTask& task) {
       task.encode(), [this](std::int64_t) { progress(); }, [] { return stop_requested(); });
 }
 
-BatchLoader Runner::make_loader(const Dataset& dataset, const CaseSpec& spec, const Strategy& strategy) const {
+BatchLoader Runner::make_loader(const Dataset& dataset, const CaseSpec& spec, const Strategy& strategy,
+                                bool pin_memory) const {
+  LoaderOptions loader = options_.loader;
+  loader.pin_memory = loader.pin_memory || pin_memory;
   return BatchLoader(dataset, EpochSampler(dataset.size(), spec.global_batch, options_.seed, strategy.data_shard()),
-                     options_.loader);
+                     loader);
+}
+
+DataPath Runner::data_path_for(const Strategy& strategy) const {
+  if (!strategy.batch_device()) return DataPath::Host;
+  if (options_.data_path == DataPath::Auto) return devices_.is_cuda() ? DataPath::Prefetch : DataPath::Host;
+  return options_.data_path;
 }
 
 c10::ScalarType Runner::parity_dtype_of(const CaseSpec& spec) const {
@@ -532,7 +541,20 @@ RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index)
                               : MemoryProbe(devices_, spec.world_size);
   memory.begin_case();  // before the strategy: its peak holds its own bytes, not an earlier case's
   auto strategy = start_strategy(spec, training_optimizer(workload), options_.warmup + options_.steps, false);
-  BatchLoader loader = make_loader(dataset, spec, *strategy);
+  const DataPath data_path = data_path_for(*strategy);
+  // --data-path device: this repetition's copy of the dataset on the strategy's device (on a CPU
+  // virtual device, a copy charged to it), part of the case's peak like the model.
+  std::optional<Dataset> on_device;
+  if (data_path == DataPath::Device) {
+    const c10::Device device = *strategy->batch_device();
+    CpuMemoryCounter::DeviceScope charge_to(0);  // the batch device is this process's device 0
+    on_device = Dataset{device.is_cuda() ? dataset.inputs.to(device) : dataset.inputs.clone(),
+                        device.is_cuda() ? dataset.targets.to(device) : dataset.targets.clone()};
+  }
+  BatchLoader loader = make_loader(on_device ? *on_device : dataset, spec, *strategy,
+                                   /*pin_memory=*/data_path == DataPath::Prefetch && devices_.is_cuda());
+  std::optional<BatchPrefetcher> prefetcher;
+  if (data_path == DataPath::Prefetch) prefetcher.emplace(loader, *strategy->batch_device(), 0);
   PhaseRecorder phases;
   // On CUDA the phases are the GPU's time (events on the step thread's stream of this process's
   // device); the steps themselves stay host-timed, after synchronizing.
@@ -540,6 +562,7 @@ RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index)
 
   RepetitionRecord rep;
   rep.index = index;
+  rep.data_path = to_string(data_path);
   rep.step_seconds.reserve(static_cast<size_t>(options_.steps));
   const std::string name = spec.name();
   torch::Tensor loss;
@@ -554,8 +577,9 @@ RepetitionRecord Runner::measure_repetition(const CaseRecord& record, int index)
     Batch batch;
     {
       auto scope = phases.scope(Phase::Data);
-      CpuMemoryCounter::DeviceScope host(CpuMemoryCounter::kHost);  // batches live in host memory
-      batch = loader.next();
+      // Batches live in host memory, except those gathered from a dataset on the device.
+      CpuMemoryCounter::DeviceScope host(on_device ? 0 : CpuMemoryCounter::kHost);
+      batch = prefetcher ? prefetcher->next() : loader.next();
     }
     loss = strategy->step(batch, phases);
     if (group_ == nullptr) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/batch_prefetcher.h"
 #include "harness/data_loader.h"
 #include "harness/device_set.h"
 #include "harness/results.h"
@@ -23,6 +24,7 @@ struct RunnerOptions {
   std::vector<std::string> strategies;
   std::optional<std::int64_t> global_batch;  // none: each workload's default
   std::optional<std::int64_t> sequence_length;  // --seq-len (gpt2's tokens per sample); none: its default
+  DataPath data_path = DataPath::Auto;          // --data-path; auto: prefetch on CUDA, host on CPU
   std::optional<std::int64_t> dataset_size;  // none: 32 global batches
   int steps = 30;
   int warmup = 5;
@@ -116,7 +118,11 @@ class Runner {
   // A strategy set up for `spec` from the run's seed, and the loader of its shard of the data.
   std::unique_ptr<Strategy> start_strategy(const CaseSpec& spec, OptimizerFactory optimizer, int steps,
                                            bool parity_run);
-  BatchLoader make_loader(const Dataset& dataset, const CaseSpec& spec, const Strategy& strategy) const;
+  BatchLoader make_loader(const Dataset& dataset, const CaseSpec& spec, const Strategy& strategy,
+                          bool pin_memory = false) const;
+  // The data path a repetition of `strategy` runs: --data-path resolved (auto: prefetch on CUDA,
+  // host on CPU), host where the strategy has no single batch device.
+  DataPath data_path_for(const Strategy& strategy) const;
   // Trains `steps` steps without timing; returns trained parameters (CPU copies) and the last loss.
   Reference train_untimed(const CaseSpec& spec, int steps);
   // What the parity pass of `spec` trains in (precision.h's parity_dtype); asynchronous strategies,

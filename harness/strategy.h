@@ -118,6 +118,10 @@ class Strategy {
   }
   // The part of each global batch this process trains on.
   DataShard data_shard() const { return do_data_shard(); }
+  // The one device this process's whole share of each batch goes to, where the harness may place
+  // batches ahead of the step (--data-path prefetch or device); nothing where the strategy spreads
+  // a batch over devices itself (dp's scatter) or hands it to other processes. Valid after setup.
+  std::optional<c10::Device> batch_device() const { return do_batch_device(); }
   void setup(const StrategySetup& setup) { do_setup(setup); }
   // One training step on `batch`; returns the step's loss over the global batch (a detached scalar).
   // Marks its phases on `phases`; the harness times the whole step around it.
@@ -137,6 +141,7 @@ class Strategy {
     return std::nullopt;
   }
   virtual DataShard do_data_shard() const { return {}; }
+  virtual std::optional<c10::Device> do_batch_device() const { return std::nullopt; }
   virtual void do_setup(const StrategySetup& setup) = 0;
   virtual torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) = 0;
   virtual std::vector<torch::Tensor> do_trained_parameters() = 0;

@@ -263,6 +263,10 @@ std::shared_ptr<void> cuda_record_event(int index) {
   return handle;
 }
 
+void cuda_wait_event(const std::shared_ptr<void>& event) {
+  if (event) check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(event.get())), "cudaEventSynchronize");
+}
+
 double cuda_elapsed_seconds(const std::shared_ptr<void>& start, const std::shared_ptr<void>& end) {
   auto* end_event = static_cast<cudaEvent_t>(end.get());
   check_cuda(cudaEventSynchronize(end_event), "cudaEventSynchronize");
@@ -286,6 +290,7 @@ CudaMemoryPeak cuda_peak_memory(int) { return {}; }
 std::shared_ptr<void> cuda_pool_stream(int) { return nullptr; }
 std::shared_ptr<void> use_cuda_stream(const std::shared_ptr<void>&) { return nullptr; }
 std::shared_ptr<void> cuda_record_event(int) { return nullptr; }
+void cuda_wait_event(const std::shared_ptr<void>&) {}
 double cuda_elapsed_seconds(const std::shared_ptr<void>&, const std::shared_ptr<void>&) { return 0; }
 
 #endif

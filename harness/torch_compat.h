@@ -83,6 +83,9 @@ CudaMemoryPeak cuda_peak_memory(int index);
 // A timing CUDA event recorded now on the calling thread's current stream of device `index`; it is
 // destroyed with the last handle. Empty on CPU-only builds. Throws std::runtime_error on a CUDA error.
 std::shared_ptr<void> cuda_record_event(int index);
+// The calling thread waits until `event` (from cuda_record_event) has completed. Nothing on an empty
+// handle.
+void cuda_wait_event(const std::shared_ptr<void>& event);
 // Seconds of GPU time between two recorded events of one device, waiting for `end` to complete.
 double cuda_elapsed_seconds(const std::shared_ptr<void>& start, const std::shared_ptr<void>& end);
 

@@ -68,6 +68,7 @@ _SCHEMA = {
     "benchmarks/[*]/ddpbench/memory/[*]/peak_reserved_bytes": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/memory/[*]/held_before_bytes": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/memory_imbalance": (_NUM, _NULL),
+    "benchmarks/[*]/ddpbench/data_path": (_STR,),
     "benchmarks/[*]/ddpbench/scaling_efficiency": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/parity": (_DICT, _NULL), "benchmarks/[*]/ddpbench/parity/steps": (_NUM,),
     "benchmarks/[*]/ddpbench/parity/max_rel_param_diff": (_NUM,), "benchmarks/[*]/ddpbench/parity/tolerance": (_NUM,),

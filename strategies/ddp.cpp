@@ -144,6 +144,7 @@ class DdpStrategy final : public Strategy {
   }
 
   std::vector<torch::Tensor> do_trained_parameters() override { return model_->parameters(); }
+  std::optional<c10::Device> do_batch_device() const override { return device_; }
 
   std::optional<CommSummary> do_comm_summary() const override {
     const auto& s = bucketer_->stats();

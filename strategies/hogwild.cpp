@@ -159,6 +159,13 @@ class HogwildStrategy final : public Strategy {
   }
 
   std::vector<torch::Tensor> do_trained_parameters() override { return model_->parameters(); }
+  // Threads mode: the workers take their rows of a batch on device 0 (processes mode: from shared
+  // host memory). The harness waits for a prefetched batch on the host, so workers on streams of
+  // their own read it complete.
+  std::optional<c10::Device> do_batch_device() const override {
+    if (processes_) return std::nullopt;
+    return device_;
+  }
 
   std::optional<AsyncSummary> do_async_summary() const override {
     AsyncSummary s;

@@ -43,6 +43,7 @@ class SingleStrategy final : public Strategy {
   }
 
   std::vector<torch::Tensor> do_trained_parameters() override { return model_->parameters(); }
+  std::optional<c10::Device> do_batch_device() const override { return device_; }
 
  private:
   const Workload* workload_ = nullptr;

@@ -120,6 +120,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--dtype", "fp16"}, "--dtype", "fp16 autocast needs CUDA"},  // a CPU run
         BadInput{{"--peak-tflops", "0"}, "--peak-tflops", "not a positive number"},
         BadInput{{"--peak-tflops", "fast"}, "--peak-tflops", "not a positive number"},
+        BadInput{{"--data-path", "disk"}, "--data-path", "unknown data path 'disk'"},
+        BadInput{{"--data-on-device", "--data-path", "host"}, "--data-on-device", "contradicts --data-path host"},
+        BadInput{{"--seq-len", "64"}, "--seq-len", "none of the workloads run takes a sequence length"},
+        BadInput{{"--workload", "gpt2", "--seq-len", "2048"}, "--seq-len", "at most 1024, got 2048"},
+        BadInput{{"--workload", "gpt2", "--seq-len", "0"}, "--seq-len", "at least 1, got 0"},
         BadInput{{"--no-such-flag"}, "--no-such-flag", ""}));
 
 TEST(Cli, DeviceCudaWithoutCudaExitsTwo) {

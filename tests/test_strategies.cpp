@@ -185,6 +185,43 @@ TEST(Gpt2, UnderEveryStrategyMatchesSingle) {
   }
 }
 
+// --data-path: the same batches whichever way they reach the device, so the same losses to the bit;
+// the path each case ran is recorded, and strategies without one batch device stay on the host.
+TEST(DataPath, EveryPathTrainsOnTheSameBatchesAndSaysWhichRan) {
+  const DeviceSet devices = resolve_devices({"cpu", 2, 1});
+  auto run = [&](const std::string& strategy, DataPath path) {
+    RunnerOptions o = small_run(strategy);
+    o.workloads = {"mlp"};
+    o.parity_steps = 0;
+    o.data_path = path;
+    const RunRecord record = run_harness(o, devices);
+    const auto& c = record.cases.at(0);
+    EXPECT_EQ(c.status, CaseStatus::Ok) << c.reason;
+    return c;
+  };
+  for (const std::string strategy : {"single", "ddp"}) {
+    SCOPED_TRACE(strategy);
+    const CaseRecord host = run(strategy, DataPath::Host);
+    const CaseRecord prefetch = run(strategy, DataPath::Prefetch);
+    const CaseRecord device = run(strategy, DataPath::Device);
+    ASSERT_EQ(host.repetitions.size(), 2u);
+    for (size_t i = 0; i < host.repetitions.size(); ++i) {
+      EXPECT_EQ(host.repetitions[i].data_path, "host");
+      EXPECT_EQ(prefetch.repetitions.at(i).data_path, "prefetch");
+      EXPECT_EQ(device.repetitions.at(i).data_path, "device");
+      EXPECT_EQ(prefetch.repetitions[i].step_losses, host.repetitions[i].step_losses);
+      EXPECT_EQ(device.repetitions[i].step_losses, host.repetitions[i].step_losses);
+    }
+    // The dataset on the device (48 samples of 784 floats and a label) is part of the case's peak.
+    const std::int64_t dataset_bytes = 48 * (784 * 4 + 8);
+    const auto peak = [](const CaseRecord& c) { return c.repetitions.at(0).memory.at(0).peak_allocated_bytes.value_or(0); };
+    EXPECT_GE(peak(device) - peak(host), dataset_bytes);
+  }
+  const CaseRecord dp = run("dp", DataPath::Prefetch);  // scatters from the host itself
+  EXPECT_EQ(dp.repetitions.at(0).data_path, "host");
+  EXPECT_EQ(run("single", DataPath::Auto).repetitions.at(0).data_path, "host");  // auto on a CPU
+}
+
 class SingleOnEveryWorkload : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SingleOnEveryWorkload, LowersTheLoss) {
