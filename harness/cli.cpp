@@ -238,12 +238,15 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_flag("--sync-bn", sync_bn, "ddp: BatchNorm statistics over the global batch (SyncBatchNorm)");
   app.add_option("--checkpoint", checkpoint, "ddp: rank 0 saves the model here (loadable by torch::load)");
   app.add_option("--checkpoint-every", checkpoint_every, "ddp: save every K steps (default: once per repetition)");
-  std::string hogwild_mode = "threads", sync_every;
+  std::string hogwild_mode = "threads", sync_every, hogwild_workers;
   app.add_option("--hogwild-mode", hogwild_mode, "hogwild: workers as threads of this process, or processes over shared memory")
       ->capture_default_str();
   app.add_option("--sync-every", sync_every,
                  "hogwild: workers train private copies and add their change into the shared parameters every K steps "
                  "(default 1: plain Hogwild)");
+  app.add_option("--workers", hogwild_workers,
+                 "hogwild: workers over the world size's devices, round-robin (default: one per device; on CUDA all "
+                 "share device 0, each on its own stream)");
   std::string trace_dir;
   app.add_option("--trace", trace_dir, "write a Chrome trace-event file per rank into this directory");
   app.add_flag("--list", list, "list every strategy and workload, one line each");
@@ -357,9 +360,11 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     throw UsageError("--hogwild-mode: unknown mode '" + hogwild_mode + "' (expected threads or processes)");
   }
   if (!sync_every.empty()) hogwild.sync_every = static_cast<int>(parse_count("--sync-every", sync_every, 1, 1000000));
+  if (!hogwild_workers.empty()) hogwild.workers = static_cast<int>(parse_count("--workers", hogwild_workers, 1, 256));
   const bool runs_hogwild = std::find(r.strategies.begin(), r.strategies.end(), "hogwild") != r.strategies.end();
   for (const auto& [flag, given] : std::vector<std::pair<const char*, bool>>{
-           {"--hogwild-mode", app.count("--hogwild-mode") > 0}, {"--sync-every", !sync_every.empty()}}) {
+           {"--hogwild-mode", app.count("--hogwild-mode") > 0}, {"--sync-every", !sync_every.empty()},
+           {"--workers", !hogwild_workers.empty()}}) {
     if (given && !runs_hogwild) {
       throw UsageError(std::string(flag) + ": applies to hogwild only, which --strategy does not include");
     }

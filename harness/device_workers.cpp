@@ -7,10 +7,12 @@
 
 namespace ddpbench {
 
-DeviceWorkers::DeviceWorkers(const DeviceSet& devices, int count) : errors_(static_cast<size_t>(count)) {
+DeviceWorkers::DeviceWorkers(const DeviceSet& devices, int count, int devices_used) : errors_(static_cast<size_t>(count)) {
+  const int used = devices_used > 0 ? devices_used : count;
   for (int i = 0; i < count; ++i) {
-    threads_.emplace_back(
-        [this, i, count, t = devices.threads_per_device(), cuda = devices.is_cuda()] { loop(i, count, t, cuda); });
+    threads_.emplace_back([this, i, used, t = devices.threads_per_device(), cuda = devices.is_cuda()] {
+      loop(i, i % used, used, t, cuda);
+    });
   }
 }
 
@@ -23,14 +25,15 @@ DeviceWorkers::~DeviceWorkers() {
   for (auto& t : threads_) t.join();
 }
 
-void DeviceWorkers::loop(int index, int count, int threads_per_device, bool cuda) {
+void DeviceWorkers::loop(int index, int device, int devices_used, int threads_per_device, bool cuda) {
   // A CPU virtual device keeps to its own cores, as ranks and Hogwild worker processes do: the
   // scheduler then cannot move one device's work onto another's cores mid-step, which shows as noise.
-  // Before the OpenMP team exists, so that its threads inherit the cores.
-  if (!cuda) pin_to_core_slice(index, count, threads_per_device);
+  // Threads of one device share its cores. Before the OpenMP team exists, so that its threads
+  // inherit the cores.
+  if (!cuda) pin_to_core_slice(device, devices_used, threads_per_device);
   at::set_num_threads(threads_per_device);  // this thread's OpenMP team size
-  if (cuda) compat::cuda_set_device(index);
-  CpuMemoryCounter::DeviceScope charge_to(index);
+  if (cuda) compat::cuda_set_device(device);
+  CpuMemoryCounter::DeviceScope charge_to(device);
   unsigned long seen = 0;
   for (;;) {
     const std::function<void(int)>* task;

@@ -1,5 +1,5 @@
 #pragma once
-// One persistent thread per device, so that replicas run concurrently (at::parallel_for runs
+// Persistent threads, one per device by default (or several per device), so that replicas run concurrently (at::parallel_for runs
 // inline with one intra-op thread, so it cannot do this). Each worker is bound to its device for
 // life: its intra-op thread count, its CUDA device, and the virtual device its CPU allocations
 // are charged to. Persistent threads also keep each worker's OpenMP team alive between steps.
@@ -19,18 +19,19 @@ namespace ddpbench {
 
 class DeviceWorkers {
  public:
-  DeviceWorkers(const DeviceSet& devices, int count);
+  // `count` threads; thread i works on device i % devices_used (default: one thread per device).
+  DeviceWorkers(const DeviceSet& devices, int count, int devices_used = 0);
   ~DeviceWorkers();
   DeviceWorkers(const DeviceWorkers&) = delete;
   DeviceWorkers& operator=(const DeviceWorkers&) = delete;
 
   int size() const { return static_cast<int>(threads_.size()); }
-  // Runs task(i) on device i's thread for every i at once, with the caller's LibTorch thread-local
+  // Runs task(i) on thread i for every i at once, with the caller's LibTorch thread-local
   // state (grad mode, autocast, ...); returns when all are done and rethrows the first failure.
   void run(const std::function<void(int)>& task);
 
  private:
-  void loop(int index, int count, int threads_per_device, bool cuda);
+  void loop(int index, int device, int devices_used, int threads_per_device, bool cuda);
 
   std::vector<std::thread> threads_;
   std::mutex mutex_;

@@ -37,6 +37,7 @@ const char* to_string(HogwildMode mode);
 struct HogwildOptions {
   HogwildMode mode = HogwildMode::Threads;  // --hogwild-mode
   int sync_every = 1;                       // --sync-every: 1 is plain Hogwild
+  int workers = 0;                          // --workers: 0 is one per device
   std::string worker_executable;            // the ddpbench binary, started for processes mode
 };
 

@@ -33,11 +33,16 @@ std::vector<std::int64_t> shard_rows(std::int64_t rows, int n) {
 
 class HogwildStrategy final : public Strategy {
  protected:
-  std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet& devices,
+  std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
                                                    const StrategyOptions& options) const override {
     if (options.hogwild.mode == HogwildMode::Processes && devices.is_cuda()) {
       return "hogwild processes mode on CUDA needs CUDA IPC handles, which ddpbench does not implement: use "
              "--hogwild-mode threads";
+    }
+    const int workers = options.hogwild.workers > 0 ? options.hogwild.workers : spec.world_size;
+    if (spec.global_batch < workers) {
+      return "needs a sample per worker: global batch " + std::to_string(spec.global_batch) + " for " +
+             std::to_string(workers) + " workers (--batch or --workers)";
     }
     if (options.hogwild.mode == HogwildMode::Processes && options.hogwild.worker_executable.empty()) {
       return "hogwild processes mode starts worker processes of the ddpbench executable: run it through ddpbench";
@@ -48,9 +53,10 @@ class HogwildStrategy final : public Strategy {
   void do_setup(const StrategySetup& setup) override {
     workload_ = &setup.workload;
     options_ = setup.options.hogwild;
-    workers_count_ = setup.spec.world_size;
-    // On CUDA every worker shares device 0's parameters (each on its own stream); on the CPU the
-    // workers are the virtual devices, each with its share of the cores.
+    // --workers N, by default one per device. On CUDA every worker shares device 0's parameters, each
+    // on its own stream; on the CPU worker i runs on virtual device i % world size with that
+    // device's cores, so several workers of one device share them.
+    workers_count_ = options_.workers > 0 ? options_.workers : setup.spec.world_size;
     device_ = setup.devices.device(0);
     cuda_ = setup.devices.is_cuda();
     model_ = setup.model;
@@ -61,6 +67,7 @@ class HogwildStrategy final : public Strategy {
       config.executable = options_.worker_executable;
       config.workload = workload_;
       config.workers = workers_count_;
+      config.devices = setup.spec.world_size;
       config.sync_every = options_.sync_every;
       config.threads_per_worker = setup.devices.threads_per_device();
       config.parity_optimizer = setup.parity_run;
@@ -80,7 +87,7 @@ class HogwildStrategy final : public Strategy {
                                                          setup.precision));
     }
     recorders_.resize(static_cast<size_t>(workers_count_));
-    threads_ = std::make_unique<DeviceWorkers>(setup.devices, workers_count_);
+    threads_ = std::make_unique<DeviceWorkers>(setup.devices, workers_count_, cuda_ ? 1 : setup.spec.world_size);
   }
 
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {

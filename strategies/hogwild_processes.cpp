@@ -1,5 +1,6 @@
 #include "strategies/hogwild_processes.h"
 
+#include <algorithm>
 #include <ATen/Parallel.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -49,7 +50,7 @@ struct ControlBlock {
   std::uint64_t magic;
   std::atomic<std::uint64_t> updates;  // the shared update counter (staleness is read off it)
   char workload[64];
-  std::int32_t workers, sync_every, threads_per_worker, parity_optimizer;
+  std::int32_t workers, devices, sync_every, threads_per_worker, parity_optimizer;
   std::int32_t precision;  // Precision
   std::int32_t parameter_count, buffer_count;
   std::int64_t tensor_offset[kMaxTensors];  // parameters, then buffers, in module order
@@ -198,6 +199,7 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
   control_->updates.store(0);
   std::strncpy(control_->workload, config_.workload->name().c_str(), sizeof(control_->workload) - 1);
   control_->workers = config_.workers;
+  control_->devices = std::max(1, config_.devices);
   control_->sync_every = config_.sync_every;
   control_->threads_per_worker = config_.threads_per_worker;
   control_->parity_optimizer = config_.parity_optimizer ? 1 : 0;
@@ -434,8 +436,9 @@ int hogwild_worker_main() {
     auto& control = *static_cast<ControlBlock*>(region.data());
     if (region.size() < sizeof(ControlBlock) || control.magic != kMagic) throw std::runtime_error("not a hogwild control block");
     const Workload& workload = WorkloadRegistry::instance().get(control.workload);
-    // Its own cores, as ranks have (the OpenMP team it starts inherits them).
-    pin_to_core_slice(index, control.workers, control.threads_per_worker);
+    // Its device's cores, as ranks have (the OpenMP team it starts inherits them); the workers of
+    // one virtual device share them.
+    pin_to_core_slice(index % control.devices, control.devices, control.threads_per_worker);
     at::set_num_threads(control.threads_per_worker);
     ModelPtr model = workload.make_model();
     std::vector<torch::Tensor> parameters, buffers;

@@ -32,6 +32,7 @@ struct HogwildProcessesConfig {
   std::string executable;  // the ddpbench binary
   const Workload* workload = nullptr;
   int workers = 2;
+  int devices = 2;  // CPU virtual devices the workers are spread over: worker i on device i % devices
   int sync_every = 1;
   int threads_per_worker = 1;
   bool parity_optimizer = false;  // the workload's parity optimizer instead of its own

@@ -244,6 +244,41 @@ TEST_P(HogwildRun, LossFallsOnMlpAgainstSingleAtEqualSamples) {
   EXPECT_NE(r.out.find("loss "), std::string::npos) << "the table shows the loss against single";
 }
 
+TEST_P(HogwildRun, FourWorkersOnTwoDevicesShareTheUpdatesAndLowerTheLoss) {
+  // --workers 4 over 2 virtual devices: each step is 4 updates (a quarter of the batch each), the
+  // staleness an update can see is at most the 3 others of its step, and the loss falls as with 2.
+  ScratchDir dir;
+  const auto r = run_process(hogwild_run(dir.file("r.json"), {"--strategy", "single,hogwild", "--hogwild-mode", GetParam(),
+                                                              "--workers", "4", "--steps", "40", "--warmup", "0",
+                                                              "--parity-steps", "2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const auto& f = (*find_case(doc, "mlp/hogwild/world:2"))["ddpbench"];
+  ASSERT_EQ(f["status"], "ok") << f["reason"];
+  EXPECT_EQ(f["async"]["workers"], 4);
+  EXPECT_EQ(f["async"]["updates"], 160);
+  EXPECT_LE(f["async"]["staleness"]["max"].get<int>(), 3);
+  const auto& loss = f["loss_curve"]["loss"];
+  ASSERT_EQ(loss.size(), 40u);
+  EXPECT_LT(loss[39].get<double>(), 0.95 * loss[0].get<double>()) << loss.dump();
+  EXPECT_EQ(f["loss_vs_single"]["samples_seen"], 40 * 16);
+  if (GetParam() == "processes") {
+    EXPECT_EQ(f["async"]["worker_peak_rss_bytes"].size(), 4u);
+  }
+}
+
+TEST_P(HogwildRun, MoreWorkersThanSamplesIsSkippedWithTheReason) {
+  ScratchDir dir;
+  const auto r = run_process(hogwild_run(dir.file("r.json"), {"--hogwild-mode", GetParam(), "--workers", "6", "--batch",
+                                                              "4", "--dataset-size", "8"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const auto& f = (*find_case(doc, "mlp/hogwild/world:2"))["ddpbench"];
+  EXPECT_EQ(f["status"], "skipped");
+  EXPECT_NE(f["reason"].get<std::string>().find("a sample per worker: global batch 4 for 6 workers"), std::string::npos)
+      << f["reason"];
+}
+
 TEST_P(HogwildRun, RunsEveryWorkloadWithSyncEvery) {
   ScratchDir dir;
   const auto r = run_process(hogwild_run(dir.file("r.json"), {"--workload", suite_workload_list(), "--hogwild-mode", GetParam(),
