@@ -48,16 +48,13 @@ c10::DeviceType device_type_of(const std::vector<torch::Tensor>& params) {
   return params.empty() ? c10::DeviceType::CPU : params.front().device().type();
 }
 
-class MultiTensorAdamW final : public torch::optim::Optimizer {
+// What both optimizers share: the closure, no autograd while updating, one parameter group, and the
+// lists of the parameters that have a gradient this step (those without one are left alone).
+class MultiTensorOptimizer : public torch::optim::Optimizer {
  public:
-  MultiTensorAdamW(std::vector<torch::Tensor> params, const torch::optim::AdamWOptions& options)
-      : Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
-                  std::make_unique<torch::optim::AdamWOptions>(options)),
-        options_(options) {
-    if (options.amsgrad()) throw std::invalid_argument("make_adamw: amsgrad is not supported");
-  }
+  using Optimizer::Optimizer;
 
-  torch::Tensor step(LossClosure closure = nullptr) override {
+  torch::Tensor step(LossClosure closure = nullptr) final {
     torch::NoGradGuard no_grad;
     torch::Tensor loss;
     if (closure) {
@@ -65,6 +62,25 @@ class MultiTensorAdamW final : public torch::optim::Optimizer {
       loss = closure();
     }
     const auto& all = param_groups().front().params();
+    const StepLists lists = with_gradients(all);
+    if (!lists.params.empty()) update(all, lists);
+    return loss;
+  }
+
+ protected:
+  virtual void update(const std::vector<torch::Tensor>& all, const StepLists& lists) = 0;
+};
+
+class MultiTensorAdamW final : public MultiTensorOptimizer {
+ public:
+  MultiTensorAdamW(std::vector<torch::Tensor> params, const torch::optim::AdamWOptions& options)
+      : MultiTensorOptimizer({torch::optim::OptimizerParamGroup(std::move(params))},
+                             std::make_unique<torch::optim::AdamWOptions>(options)),
+        options_(options) {
+    if (options.amsgrad()) throw std::invalid_argument("make_adamw: amsgrad is not supported");
+  }
+
+  void update(const std::vector<torch::Tensor>& all, const StepLists& lists) override {
     if (exp_avgs_.empty()) {
       for (const auto& p : all) {
         exp_avgs_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
@@ -73,8 +89,6 @@ class MultiTensorAdamW final : public torch::optim::Optimizer {
         step_counts_.push_back(0);
       }
     }
-    const StepLists lists = with_gradients(all);
-    if (lists.params.empty()) return loss;
     const auto& o = options_;
     const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
     auto exp_avgs = pick(exp_avgs_, lists.index), exp_avg_sqs = pick(exp_avg_sqs_, lists.index);
@@ -84,7 +98,7 @@ class MultiTensorAdamW final : public torch::optim::Optimizer {
       for (auto& s : steps) s.add_(1);  // the fused kernel does not advance the step itself
       compat::fused_adamw_step(lists.params, lists.grads, exp_avgs, exp_avg_sqs, steps,
                                {o.lr(), beta1, beta2, o.weight_decay(), o.eps()});
-      return loss;
+      return;
     }
     // Parameters that skipped a step (no gradient) have another bias correction: one group per count.
     std::vector<std::int64_t> counts;
@@ -111,7 +125,6 @@ class MultiTensorAdamW final : public torch::optim::Optimizer {
       at::_foreach_add_(denom, o.eps());
       at::_foreach_addcdiv_(params, m, denom, -o.lr() / bias_correction1);
     }
-    return loss;
   }
 
  private:
@@ -120,26 +133,17 @@ class MultiTensorAdamW final : public torch::optim::Optimizer {
   std::vector<std::int64_t> step_counts_;
 };
 
-class MultiTensorSgd final : public torch::optim::Optimizer {
+class MultiTensorSgd final : public MultiTensorOptimizer {
  public:
   MultiTensorSgd(std::vector<torch::Tensor> params, const torch::optim::SGDOptions& options)
-      : Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
-                  std::make_unique<torch::optim::SGDOptions>(options)),
+      : MultiTensorOptimizer({torch::optim::OptimizerParamGroup(std::move(params))},
+                             std::make_unique<torch::optim::SGDOptions>(options)),
         options_(options) {
     if (options.momentum() <= 0) throw std::invalid_argument("make_sgd: momentum must be positive");
   }
 
-  torch::Tensor step(LossClosure closure = nullptr) override {
-    torch::NoGradGuard no_grad;
-    torch::Tensor loss;
-    if (closure) {
-      torch::AutoGradMode enable(true);
-      loss = closure();
-    }
-    const auto& all = param_groups().front().params();
+  void update(const std::vector<torch::Tensor>& all, const StepLists& lists) override {
     if (buffers_.empty()) buffers_.resize(all.size());
-    const StepLists lists = with_gradients(all);
-    if (lists.params.empty()) return loss;
     const auto& o = options_;
     // A parameter's first step starts its buffer from its gradient; the others continue theirs.
     std::vector<size_t> first, later;
@@ -176,7 +180,6 @@ class MultiTensorSgd final : public torch::optim::Optimizer {
       }
       at::_foreach_add_(params, d, -o.lr());
     }
-    return loss;
   }
 
  private:

@@ -117,19 +117,7 @@ class Gpt2Workload final : public Workload {
     return Workload::make_optimizer(std::move(parameters));
   }
   Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
-    // transformer's learnable next-token rule with noise, over GPT-2's vocabulary.
-    const std::int64_t tokens_per_sample = sequence_length();
-    auto gen = compat::make_cpu_generator(seed);
-    auto random_tokens = torch::randint(0, kVocab, {size, tokens_per_sample + 1}, gen, torch::kInt64);
-    auto follow_rule = torch::rand({size, tokens_per_sample + 1}, gen) < 0.8;
-    auto tokens = random_tokens.clone();
-    for (std::int64_t i = 1; i <= tokens_per_sample; ++i) {
-      auto ruled = (tokens.select(1, i - 1) * 31 + 7).remainder(kVocab);
-      tokens.select(1, i).copy_(torch::where(follow_rule.select(1, i), ruled, random_tokens.select(1, i)));
-    }
-    using torch::indexing::Slice;
-    return {tokens.index({Slice(), Slice(0, tokens_per_sample)}).contiguous(),
-            tokens.index({Slice(), Slice(1, tokens_per_sample + 1)}).contiguous()};
+    return next_token_dataset(size, seed, kVocab, sequence_length());  // transformer's rule, GPT-2's vocabulary
   }
   // nanoGPT's count, so that fraction_of_peak is MFU as it reports it: 6 N per token for the
   // matrix products of forward and backward (N without the position table, which does no

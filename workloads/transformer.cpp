@@ -7,7 +7,6 @@
 
 #include <limits>
 
-#include "harness/torch_compat.h"
 #include "optim/optimizers.h"
 #include "workloads/workload.h"
 
@@ -69,19 +68,7 @@ class TransformerWorkload final : public Workload {
     return Workload::make_optimizer(std::move(parameters));
   }
   Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
-    // Sequences follow t[i+1] = (31 t[i] + 7) mod V four times in five, else a random token: a
-    // learnable next-token rule with noise.
-    auto gen = compat::make_cpu_generator(seed);
-    auto random_tokens = torch::randint(0, kVocab, {size, kSequence + 1}, gen, torch::kInt64);
-    auto follow_rule = torch::rand({size, kSequence + 1}, gen) < 0.8;
-    auto tokens = random_tokens.clone();
-    for (std::int64_t i = 1; i <= kSequence; ++i) {
-      auto ruled = (tokens.select(1, i - 1) * 31 + 7).remainder(kVocab);
-      tokens.select(1, i).copy_(torch::where(follow_rule.select(1, i), ruled, random_tokens.select(1, i)));
-    }
-    using torch::indexing::Slice;
-    return {tokens.index({Slice(), Slice(0, kSequence)}).contiguous(),
-            tokens.index({Slice(), Slice(1, kSequence + 1)}).contiguous()};
+    return next_token_dataset(size, seed, kVocab, kSequence);
   }
   double flops_per_sample() const override {
     const double per_layer = 4.0 * kEmbed * kEmbed            // q, k, v and output projections

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "harness/errors.h"
+#include "harness/torch_compat.h"
 #include "optim/optimizers.h"
 
 namespace ddpbench {
@@ -67,6 +68,20 @@ torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& ta
   const auto flat = logits.reshape({-1, logits.size(-1)});
   const bool wide_enough = flat.scalar_type() == torch::kFloat || flat.scalar_type() == torch::kDouble;
   return torch::nn::functional::cross_entropy(wide_enough ? flat : flat.to(torch::kFloat), targets.reshape({-1}));
+}
+
+Dataset next_token_dataset(std::int64_t size, std::uint64_t seed, std::int64_t vocab, std::int64_t tokens) {
+  auto gen = compat::make_cpu_generator(seed);
+  auto random_tokens = torch::randint(0, vocab, {size, tokens + 1}, gen, torch::kInt64);
+  auto follow_rule = torch::rand({size, tokens + 1}, gen) < 0.8;
+  auto sequence = random_tokens.clone();
+  for (std::int64_t i = 1; i <= tokens; ++i) {
+    auto ruled = (sequence.select(1, i - 1) * 31 + 7).remainder(vocab);
+    sequence.select(1, i).copy_(torch::where(follow_rule.select(1, i), ruled, random_tokens.select(1, i)));
+  }
+  using torch::indexing::Slice;
+  return {sequence.index({Slice(), Slice(0, tokens)}).contiguous(),
+          sequence.index({Slice(), Slice(1, tokens + 1)}).contiguous()};
 }
 
 torch::Tensor Workload::loss(const torch::Tensor& output, const torch::Tensor& target) const {

@@ -124,6 +124,11 @@ struct WorkloadRegistration {
 #define DDPBENCH_REGISTER_WORKLOAD(Type) \
   static const ::ddpbench::WorkloadRegistration<Type> ddpbench_workload_registration_##Type {}
 
+// `size` token sequences for next-token prediction: `tokens` inputs and the same shifted by one as
+// targets, over `vocab` ids, where each next token is (31 t + 7) mod vocab four times in five and a
+// random one otherwise (a learnable rule with noise). A pure function of (size, seed).
+Dataset next_token_dataset(std::int64_t size, std::uint64_t seed, std::int64_t vocab, std::int64_t tokens);
+
 // Cross-entropy over class logits [batch, classes] or [batch, ..., classes] against integer targets.
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets);
 
