@@ -12,8 +12,10 @@
 #include "harness/build_info.h"
 #include "harness/counting_allocator.h"
 #include "harness/errors.h"
+#include "harness/options_codec.h"
 #include "harness/strategy.h"
 #include "harness/torch_compat.h"
+#include "models/workload_sources.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {
@@ -167,6 +169,15 @@ std::string list_text() {
 
 CommandLine parse_command_line(const std::vector<std::string>& args) {
   CommandLine cmd;
+  // A rank started by ddpbench's launcher: the launcher's resolved options, whole (options_codec.h).
+  if (args.size() == 3 && args[1] == kRankOptionsFlag) {
+    RankOptions rank = decode_rank_options(args[2]);
+    install_workload_sources(rank.sources);
+    cmd.runner = std::move(rank.runner);
+    cmd.devices = rank.devices;
+    cmd.json_path.reset();
+    return cmd;
+  }
   CLI::App app{"ddpbench: one training workload under several parallel-training strategies, measured side by side",
                "ddpbench"};
   app.set_version_flag("--version", std::string("ddpbench ") + build_version() + " (git " + build_git_sha() +
@@ -179,7 +190,17 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   bool list = false, no_json = false, pin_memory = false;
 
   app.add_option("--strategy", strategies, "comma list of strategies, or all")->capture_default_str();
-  app.add_option("--workload", workloads, "comma list of workloads, or all")->capture_default_str();
+  app.add_option("--workload", workloads, "comma list of workloads, or all (default: mlp, or --model's)");
+  std::string model;
+  std::vector<std::string> model_settings, workload_libraries;
+  app.add_option("--model", model,
+                 "a TorchScript file (torch.jit.save) as a workload, trained as its sidecar (the same path ending "
+                 ".json; scripts/ddpbench-export writes both) and --model-set say");
+  app.add_option("--model-set", model_settings, "KEY=VALUE of --model's spec, over its sidecar's (docs/models.md); repeatable")
+      ->allow_extra_args(false);
+  app.add_option("--workload-lib", workload_libraries,
+                 "a shared library whose DDPBENCH_REGISTER_WORKLOAD lines add workloads (docs/models.md); repeatable")
+      ->allow_extra_args(false);
   app.add_option("--device", device, "auto | cpu | cuda (auto: CUDA when present)")->capture_default_str();
   app.add_option("--world-size", world_size, "devices for parallel strategies (default: visible GPUs, or 2 CPU virtual devices)");
   app.add_option("--batch", batch, "global batch over all devices (default: the workload's)");
@@ -274,6 +295,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       if (value.empty()) throw UsageError(option->get_name() + ": empty value");
     }
   }
+  // Models and plug-in libraries first: they add workloads, which --list shows and --workload may name.
+  install_workload_sources(workload_libraries, model, model_settings);
   if (list) {
     cmd.action = CommandLine::Action::List;
     cmd.text = list_text();
@@ -282,6 +305,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
 
   auto& r = cmd.runner;
   r.strategies = expand_names("--strategy", strategies, StrategyRegistry::instance().names());
+  if (!model.empty() && app.count("--workload") == 0) workloads = installed_workload_sources().model->settings.at("name");
   r.workloads = expand_names("--workload", workloads, WorkloadRegistry::instance().names());
   cmd.devices.device = device;
   if (device != "auto" && device != "cpu" && device != "cuda") {
@@ -348,7 +372,13 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   }
   if (sync_bn) {
     bool any = false;
-    for (const auto& w : r.workloads) any = any || WorkloadRegistry::instance().get(w).has_batch_norm();
+    for (const auto& w : r.workloads) {
+      const auto& workload = WorkloadRegistry::instance().get(w);
+      if (workload.has_batch_norm() && !workload.converts_to_sync_batch_norm()) {
+        throw UsageError("--sync-bn: the BatchNorm layers of " + w + " (a TorchScript model) cannot be made SyncBatchNorm");
+      }
+      any = any || workload.has_batch_norm();
+    }
     if (!any) throw UsageError("--sync-bn: no selected workload has BatchNorm (convnet has)");
   }
   auto& hogwild = r.strategy.hogwild;
@@ -379,42 +409,17 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
 }
 
 std::vector<std::string> rank_command_line(const RunnerOptions& options, const DeviceSet& devices,
-                                           const std::string& workload, const std::string& strategy) {
-  std::ostringstream tolerance, cv, timeout, bucket, slow_by;
-  tolerance << options.parity_tolerance;
-  slow_by << options.slow_by;
-  cv << options.max_cv;
-  timeout << options.timeout_seconds;
-  bucket << options.strategy.ddp.bucket_mb;
-  std::vector<std::string> args = {"--workload", workload, "--strategy", strategy,
-                                   "--device", devices.is_cuda() ? "cuda" : "cpu",
-                                   "--world-size", std::to_string(devices.size()),
-                                   "--threads", std::to_string(devices.threads_per_device()),
-                                   "--steps", std::to_string(options.steps),
-                                   "--warmup", std::to_string(options.warmup),
-                                   "--repetitions", std::to_string(options.repetitions),
-                                   "--seed", std::to_string(options.seed),
-                                   "--timeout", timeout.str(),
-                                   "--loader-workers", std::to_string(options.loader.workers),
-                                   "--parity-steps", std::to_string(options.parity_steps),
-                                   "--parity-tolerance", tolerance.str(),
-                                   "--dtype", to_string(options.precision),
-                                   "--max-cv", cv.str(),
-                                   "--slow-by", slow_by.str(),
-                                   "--bucket-mb", bucket.str(),
-                                   "--no-json"};
-  if (options.global_batch) args.insert(args.end(), {"--batch", std::to_string(*options.global_batch)});
-  if (options.dataset_size) args.insert(args.end(), {"--dataset-size", std::to_string(*options.dataset_size)});
-  if (options.sequence_length) args.insert(args.end(), {"--seq-len", std::to_string(*options.sequence_length)});
-  if (options.loader.pin_memory) args.push_back("--pin-memory");
-  args.insert(args.end(), {"--data-path", to_string(options.data_path)});
-  const auto& ddp = options.strategy.ddp;
-  if (!ddp.overlap) args.push_back("--no-overlap");
-  if (ddp.grad_as_bucket_view) args.push_back("--grad-as-bucket-view");
-  if (ddp.sync_bn) args.push_back("--sync-bn");
-  if (!ddp.checkpoint_path.empty()) args.insert(args.end(), {"--checkpoint", ddp.checkpoint_path});
-  if (ddp.checkpoint_every > 0) args.insert(args.end(), {"--checkpoint-every", std::to_string(ddp.checkpoint_every)});
-  return args;
+                                           const std::vector<std::string>& workloads,
+                                           const std::vector<std::string>& strategies) {
+  RankOptions rank;
+  rank.runner = options;
+  rank.runner.workloads = workloads;
+  rank.runner.strategies = strategies;
+  rank.runner.trace = nullptr;  // the launcher's own; ranks record into the store when a task asks
+  rank.runner.strategy.hogwild.worker_executable.clear();
+  rank.devices = DeviceRequest{devices.is_cuda() ? "cuda" : "cpu", devices.size(), devices.threads_per_device()};
+  rank.sources = installed_workload_sources();
+  return {kRankOptionsFlag, encode_rank_options(rank)};
 }
 
 }  // namespace ddpbench

@@ -34,10 +34,14 @@ struct CommandLine {
 // `args` includes the program name. Throws UsageError.
 CommandLine parse_command_line(const std::vector<std::string>& args);
 
-// The arguments that make a rank process run `strategy` on `workload` with exactly these options
-// (ddpbench's launcher passes them to the ranks it starts).
+// The arguments that make a rank process run `strategies` on `workloads` with exactly these
+// options, on `devices`, after loading the models and plug-in libraries this process loaded:
+// {kRankOptionsFlag, the record of harness/options_codec.h}. ddpbench's launcher passes them to the
+// ranks it starts; parse_command_line takes them back whole, and takes nothing else with them.
+constexpr const char* kRankOptionsFlag = "--rank-options";
 std::vector<std::string> rank_command_line(const RunnerOptions& options, const DeviceSet& devices,
-                                           const std::string& workload, const std::string& strategy);
+                                           const std::vector<std::string>& workloads,
+                                           const std::vector<std::string>& strategies);
 
 // Every strategy and workload, one line each.
 std::string list_text();

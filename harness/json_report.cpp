@@ -61,7 +61,8 @@ json context_json(const RunRecord& record) {
         {"pin_memory", s.pin_memory},
         {"timeout_seconds", s.timeout_seconds},
         // How phase times were taken: CUDA events on the GPU's stream, or the host's steady clock.
-        {"phase_timer", s.device_kind == DeviceKind::Cuda ? "cuda_events" : "steady_clock"}}},
+        {"phase_timer", s.device_kind == DeviceKind::Cuda ? "cuda_events" : "steady_clock"},
+        {"workloads", s.workload_descriptions}}},
       {"complete", record.complete},
   };
   json floor = json::array();
@@ -145,7 +146,9 @@ json finite_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr
 json compute_json(const CaseRecord& c, double items_per_second, const char* aggregate = nullptr) {
   const bool cv = aggregate != nullptr && std::string(aggregate) == "cv";
   const bool spread = cv || (aggregate != nullptr && std::string(aggregate) == "stddev");
-  const double achieved = c.flops_at(items_per_second);
+  // Unknown FLOPs (a model exported without a count) give no rate, not a rate of zero.
+  const bool known = c.facts.flops_per_sample > 0;
+  const double achieved = known ? c.flops_at(items_per_second) : std::nan("");
   json out = {{"flops_per_step", static_cast<double>(c.spec.global_batch) * c.facts.flops_per_sample},
               {"achieved_tflops", cv ? json(nullptr) : finite_or_null(achieved / 1e12)},
               {"peak_tflops", c.peak ? json(c.peak->flops_per_second / 1e12) : json(nullptr)},

@@ -282,7 +282,7 @@ int run(const std::vector<std::string>& args) {
   if (!multi_process.empty()) {
     RankLaunchOptions launch;
     launch.executable = self_executable();
-    launch.args = rank_command_line(cmd.runner, devices, join(cmd.runner.workloads), join(multi_process));
+    launch.args = rank_command_line(cmd.runner, devices, cmd.runner.workloads, multi_process);
     launch.world_size = devices.size();
     launch.timeout = std::chrono::milliseconds(static_cast<long long>(cmd.runner.timeout_seconds * 1000));
     launcher.emplace(launch);

@@ -2,6 +2,7 @@
 // The results of a run as plain data, stored once in SI units (seconds, bytes, samples/s). The
 // JSON file, the terminal table and the progress line are views over these records.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -139,6 +140,8 @@ struct RunSettings {
   int world_size = 1;
   int threads_per_device = 1;
   double timeout_seconds = 0;
+  // What each workload of the run is, by name: a TorchScript model's file and spec, a plug-in's own words.
+  std::map<std::string, std::string> workload_descriptions;
 };
 
 // The machine's own noise for a workload: the CV of `single`'s repetition means, the plainest case

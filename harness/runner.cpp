@@ -218,6 +218,7 @@ Runner::Runner(RunnerOptions options, DeviceSet devices, RunContext context)
   s.world_size = devices_.size();
   s.threads_per_device = devices_.threads_per_device();
   s.timeout_seconds = options_.timeout_seconds;
+  for (const auto& w : options_.workloads) s.workload_descriptions[w] = WorkloadRegistry::instance().get(w).description();
 }
 
 std::int64_t Runner::global_batch_for(const Workload& workload) const {

@@ -45,10 +45,12 @@ std::string format_table(const RunRecord& record) {
       row.push_back((c.achieved_precision ? fmt("%.1f%%", *c.achieved_precision * 100) : "-") +
                     (c.unresolved ? "!" : ""));
       row.push_back(fmt("%.0f", c.median_items_per_second()));
-      // Achieved arithmetic rate, and its share of the devices' peak where that is known.
+      // Achieved arithmetic rate, and its share of the devices' peak where that is known; "-" for
+      // a workload whose FLOPs are unknown (a model exported without a count).
       const double flops = c.flops_at(c.median_items_per_second());
-      row.push_back(fmt(flops >= 1e12 ? "%.1f" : "%.3f", flops / 1e12) +
-                    (c.peak ? fmt(" (%.0f%%)", 100 * flops / c.peak->flops_per_second) : ""));
+      row.push_back(c.facts.flops_per_sample <= 0 ? "-"
+                                                  : fmt(flops >= 1e12 ? "%.1f" : "%.3f", flops / 1e12) +
+                                                        (c.peak ? fmt(" (%.0f%%)", 100 * flops / c.peak->flops_per_second) : ""));
       row.push_back(c.scaling_efficiency ? fmt("%.2f", *c.scaling_efficiency) : "-");
       std::optional<std::int64_t> dev0;
       for (const auto& r : c.repetitions) {

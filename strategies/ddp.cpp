@@ -39,6 +39,32 @@ struct AllReduceSum : torch::autograd::Function<AllReduceSum> {
   }
 };
 
+// Checks that every rank starts from the same weights before rank 0's are broadcast over them:
+// ranks that loaded different --model files (a stale copy on one node) would otherwise train rank
+// 0's model without a word. Each rank's fingerprint (a position-weighted float64 sum of every
+// tensor) is all-reduced into a vector of all of them, so every rank names the same culprit.
+void check_same_initial_state(const std::vector<torch::Tensor>& state, ProcessGroupContext& group) {
+  torch::NoGradGuard no_grad;
+  double fingerprint = 0;
+  for (size_t i = 0; i < state.size(); ++i) {
+    fingerprint += static_cast<double>(i + 1) * state[i].to(torch::kDouble).sum().item<double>();
+  }
+  auto all = torch::zeros({group.size()}, torch::TensorOptions().dtype(torch::kDouble).device(state.at(0).device()));
+  all[group.rank()] = fingerprint;
+  group.allreduce(all, "check of every rank's initial weights");
+  const auto fingerprints = all.cpu();
+  for (int r = 1; r < group.size(); ++r) {
+    const double a = fingerprints[0].item<double>(), b = fingerprints[r].item<double>();
+    if (a != b) {
+      std::ostringstream message;
+      message.precision(17);
+      message << "ddp: rank " << r << " starts from other weights than rank 0 (fingerprint " << b << " against " << a
+              << "): every rank must build or load the same model (the same --model file on every node)";
+      throw CaseFailure(message.str());
+    }
+  }
+}
+
 // Rank 0 writes the plain model (SyncBatchNorm layers keep BatchNorm's names), atomically and only
 // over a regular file (the path was claimed before the run: harness/output_paths.h).
 void save_checkpoint(torch::nn::Module& model, const std::string& path) {
@@ -80,6 +106,7 @@ class DdpStrategy final : public Strategy {
     std::vector<torch::Tensor> state = model_->parameters();
     buffers_ = model_->buffers();
     state.insert(state.end(), buffers_.begin(), buffers_.end());
+    check_same_initial_state(state, *group_);
     group_->broadcast_from_rank0(state, "initial broadcast of rank 0's parameters and buffers");
     // With SyncBatchNorm every rank computes the same statistics; otherwise, as DDP, rank 0's
     // buffers are the truth and are broadcast before every forward.

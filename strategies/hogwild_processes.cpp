@@ -19,6 +19,7 @@
 #include "harness/device_set.h"
 #include "harness/errors.h"
 #include "harness/trace.h"
+#include "models/workload_sources.h"
 #include "strategies/hogwild_worker.h"
 
 namespace ddpbench {
@@ -267,11 +268,17 @@ void HogwildProcesses::spawn(int index) {
   // step boundary instead of killing them mid-update.
   ChildSpawn spawn{config_.executable, {}, inherited_environment([](const std::string& entry) {
                      return entry.rfind(std::string(kWorkerVariable) + "=", 0) == 0 ||
-                            entry.rfind(std::string(kParentVariable) + "=", 0) == 0;
+                            entry.rfind(std::string(kParentVariable) + "=", 0) == 0 ||
+                            entry.rfind(std::string(kWorkloadSourcesVariable) + "=", 0) == 0;
                    }),
                    0, {{child_command, kCommandFd}, {child_reply, kReplyFd}, {child_shared, kSharedFd}}};
   spawn.environment.push_back(std::string(kWorkerVariable) + "=" + std::to_string(index));
   spawn.environment.push_back(std::string(kParentVariable) + "=" + std::to_string(::getpid()));
+  // The models and plug-in libraries this process loaded: the worker loads them before it looks
+  // the workload up.
+  if (!installed_workload_sources().empty()) {
+    spawn.environment.push_back(std::string(kWorkloadSourcesVariable) + "=" + installed_workload_sources().to_json());
+  }
   pid_t pid = -1;
   std::string error;
   try {
@@ -435,6 +442,9 @@ int hogwild_worker_main() {
     SharedMemoryRegion region = SharedMemoryRegion::attach(kSharedFd);
     auto& control = *static_cast<ControlBlock*>(region.data());
     if (region.size() < sizeof(ControlBlock) || control.magic != kMagic) throw std::runtime_error("not a hogwild control block");
+    if (const char* sources = std::getenv(kWorkloadSourcesVariable)) {
+      install_workload_sources(WorkloadSources::from_json(sources));
+    }
     const Workload& workload = WorkloadRegistry::instance().get(control.workload);
     // Its device's cores, as ranks have (the OpenMP team it starts inherits them); the workers of
     // one virtual device share them.

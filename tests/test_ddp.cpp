@@ -475,6 +475,22 @@ TEST(DdpExternalLaunch, TorchrunStyleRanksRunAndRank0AloneWritesTheJson) {
   EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "skipped");
 }
 
+TEST(DdpExternalLaunch, RanksThatStartFromOtherWeightsFailTheCaseSayingWhichRank) {
+  // Different seeds build different initial weights, as different --model files on two nodes
+  // would load them: rank 0's broadcast would hide it, so the check before it names rank 1.
+  ScratchDir dir;
+  const int port = free_port();
+  const auto results = launch_externally({rank_vars(0, 2, port), rank_vars(1, 2, port)},
+                                         {ddp_run(dir.file("r0.json"), {"--strategy", "ddp", "--seed", "1"}),
+                                          ddp_run(dir.file("r1.json"), {"--strategy", "ddp", "--seed", "2"})});
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("rank 1 starts from other weights than rank 0"), std::string::npos) << r.err;
+  }
+  const json doc = json::parse(read_text(dir.file("r0.json")));
+  EXPECT_EQ((*find_case(doc, "mlp/ddp/world:2"))["ddpbench"]["status"], "failed");
+}
+
 TEST(DdpExternalLaunch, InconsistentWorldSizeIsBadInputOnEveryRank) {
   const int port = free_port();
   const auto results = launch_externally({rank_vars(0, 2, port), rank_vars(1, 3, port)},

@@ -32,9 +32,7 @@ RunRecord run_harness(const RunnerOptions& options, const DeviceSet& devices) {
   const std::string& strategy = options.strategies.at(0);
   std::optional<RankLauncher> launcher;
   if (StrategyRegistry::instance().get(strategy).multi_process) {
-    std::string workloads;
-    for (const auto& w : options.workloads) workloads += (workloads.empty() ? "" : ",") + w;
-    launcher.emplace(RankLaunchOptions{DDPBENCH_EXECUTABLE, rank_command_line(options, devices, workloads, strategy),
+    launcher.emplace(RankLaunchOptions{DDPBENCH_EXECUTABLE, rank_command_line(options, devices, options.workloads, {strategy}),
                                        devices.size(), std::chrono::seconds(60)});
     runner.set_rank_launcher(&*launcher);
   }

@@ -119,6 +119,16 @@ void WorkloadRegistry::add(std::unique_ptr<Workload> workload) {
   workloads_.push_back(std::move(workload));
 }
 
+void WorkloadRegistry::put(std::unique_ptr<Workload> workload) {
+  for (auto& w : workloads_) {
+    if (w->name() == workload->name()) {
+      w = std::move(workload);
+      return;
+    }
+  }
+  workloads_.push_back(std::move(workload));
+}
+
 bool WorkloadRegistry::contains(const std::string& name) const {
   return std::any_of(workloads_.begin(), workloads_.end(), [&](const auto& w) { return w->name() == name; });
 }

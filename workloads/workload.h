@@ -93,6 +93,8 @@ class Workload {
   virtual double flops_per_sample() const = 0;
   // True where per-replica BatchNorm statistics make data-parallel results differ from `single`.
   virtual bool has_batch_norm() const { return false; }
+  // Whether --sync-bn can turn its BatchNorm layers into SyncBatchNorm (a TorchScript model's cannot).
+  virtual bool converts_to_sync_batch_norm() const { return has_batch_norm(); }
   // The largest --seq-len the model accepts (its positional table); 0: --seq-len does not apply.
   virtual std::int64_t max_sequence_length() const { return 0; }
 
@@ -106,6 +108,9 @@ class WorkloadRegistry {
 
   // Workloads are stateless descriptions, so the registry holds one instance of each.
   void add(std::unique_ptr<Workload> workload);
+  // Registers `workload`, replacing the one of its name: models loaded at run time (--model), which a
+  // process may load again with other settings. Nothing may hold the replaced one.
+  void put(std::unique_ptr<Workload> workload);
   // Throws UsageError naming --workload and the known names.
   const Workload& get(const std::string& name) const;
   bool contains(const std::string& name) const;

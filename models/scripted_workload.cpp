@@ -1,0 +1,256 @@
+#include "models/scripted_workload.h"
+
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/serialization/import.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "harness/errors.h"
+#include "harness/torch_compat.h"
+#include "models/model_spec.h"
+#include "optim/optimizers.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+
+namespace {
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// The line of an error that says what went wrong: the TorchScript interpreter's errors open with
+// "The following operation failed..." and a traceback, and end with the Python-style error line.
+std::string telling_line(const std::string& text) {
+  if (text.rfind("The following operation failed", 0) != 0) return first_line(text);
+  std::string last, line;
+  std::istringstream in(text);
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t") != std::string::npos) last = line;
+  }
+  return last;
+}
+
+// A deep copy whose tensors are leaves: Module::deepcopy() clones them, and a clone taken with
+// gradients on is a non-leaf that no optimizer may update.
+torch::jit::Module leaf_copy(const torch::jit::Module& module) {
+  torch::NoGradGuard no_grad;
+  return module.deepcopy();
+}
+
+std::string shape_text(c10::IntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  return out + "]";
+}
+
+// A TorchScript module whose parameters and buffers are registered, as the same tensors, with the
+// torch::nn::Module base: what the harness does to them (to(device), set_data into shared memory,
+// float64 for the parity pass, gradient hooks) the module's forward sees. nn::Module names cannot
+// hold dots, so "layer1.0.conv1.weight" is registered as "layer1_0_conv1_weight" (a clash throws).
+class ScriptedModel final : public WorkloadModel {
+ public:
+  explicit ScriptedModel(torch::jit::Module module) : module_(std::move(module)) {
+    // ddpbench trains every parameter: one frozen in the file would leave DDP's buckets waiting.
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) register_parameter(flat(p.name), p.value, true);
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) register_buffer(flat(b.name), b.value);
+    module_.train(is_training());
+  }
+  torch::Tensor forward(const torch::Tensor& input) override {
+    auto output = module_.forward({input});
+    if (!output.isTensor()) {
+      throw CaseFailure("--model: the model's forward returned " + std::string(output.tagKind()) + ", not one tensor");
+    }
+    return output.toTensor();
+  }
+  ModelPtr fresh_instance() const override { return std::make_shared<ScriptedModel>(leaf_copy(module_)); }
+  void train(bool on) override {
+    torch::nn::Module::train(on);
+    module_.train(on);
+  }
+
+ private:
+  static std::string flat(std::string name) {
+    for (auto& c : name) c = c == '.' ? '_' : c;
+    return name;
+  }
+  torch::jit::Module module_;
+};
+
+class ScriptedWorkload final : public Workload {
+ public:
+  ScriptedWorkload(ModelSource source, ModelSpec spec, torch::jit::Module module)
+      : source_(std::move(source)), spec_(std::move(spec)), module_(std::move(module)) {
+    for (const auto& m : module_.named_modules()) {
+      const auto type = m.value.type()->name();
+      batch_norm_ = batch_norm_ || (type && type->name().find("BatchNorm") != std::string::npos);
+    }
+    check_against_model();
+  }
+
+  const ModelSource& source() const { return source_; }
+  std::string name() const override { return spec_.name; }
+  std::string description() const override {
+    return "TorchScript " + source_.path + ": " + spec_.summary() + " (batch " + std::to_string(spec_.global_batch) + ")";
+  }
+  std::int64_t default_global_batch() const override { return spec_.global_batch; }
+  ModelPtr make_model() const override { return std::make_shared<ScriptedModel>(leaf_copy(module_)); }
+
+  Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
+    const std::int64_t tokens = spec_.input_shape.empty() ? 0 : spec_.input_shape[0];
+    if (spec_.target == ModelSpec::Target::NextToken) return next_token_dataset(size, seed, spec_.vocab, tokens);
+    auto gen = compat::make_cpu_generator(seed);
+    Dataset d;
+    if (spec_.input == ModelSpec::Input::Float) {
+      d.inputs = torch::randn(with_batch(size, spec_.input_shape), gen, torch::kFloat32);
+    } else {
+      d.inputs = torch::randint(0, spec_.vocab, {size, tokens}, gen, torch::kInt64);
+    }
+    if (spec_.target == ModelSpec::Target::Class) {
+      d.targets = torch::randint(0, spec_.classes, {size}, gen, torch::kInt64);
+    } else {
+      d.targets = torch::randn(with_batch(size, output_shape_), gen, torch::kFloat32);
+    }
+    return d;
+  }
+
+  std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tensor> parameters) const override {
+    if (spec_.optimizer == ModelSpec::Optimizer::AdamW) {
+      return make_adamw(std::move(parameters), torch::optim::AdamWOptions(spec_.lr).weight_decay(spec_.weight_decay));
+    }
+    return make_sgd(std::move(parameters),
+                    torch::optim::SGDOptions(spec_.lr).momentum(spec_.momentum).weight_decay(spec_.weight_decay));
+  }
+  // As transformer's: AdamW's division by the root of its second moment turns the rounding noise of
+  // a different summation order into parameter differences, so parity checks gradients under SGD.
+  std::unique_ptr<torch::optim::Optimizer> make_parity_optimizer(std::vector<torch::Tensor> parameters) const override {
+    if (spec_.optimizer == ModelSpec::Optimizer::AdamW) return Workload::make_optimizer(std::move(parameters));
+    return make_optimizer(std::move(parameters));
+  }
+
+  torch::Tensor loss(const torch::Tensor& output, const torch::Tensor& target) const override {
+    if (spec_.loss == ModelSpec::Loss::CrossEntropy) return cross_entropy(output, target);
+    // In fp32 at least, as cross_entropy: a bf16 output's squared error would lose the small terms.
+    const bool wide = output.scalar_type() == torch::kFloat || output.scalar_type() == torch::kDouble;
+    const auto prediction = wide ? output : output.to(torch::kFloat);
+    return torch::nn::functional::mse_loss(prediction, target.to(prediction.scalar_type()));
+  }
+  double flops_per_sample() const override { return spec_.flops_per_sample; }
+  bool has_batch_norm() const override { return batch_norm_; }
+  bool converts_to_sync_batch_norm() const override { return false; }
+
+ private:
+  static std::vector<std::int64_t> with_batch(std::int64_t batch, const std::vector<std::int64_t>& sample) {
+    std::vector<std::int64_t> shape{batch};
+    shape.insert(shape.end(), sample.begin(), sample.end());
+    return shape;
+  }
+
+  // One forward pass on two samples: the model takes the input, and its output fits the target.
+  void check_against_model() {
+    const std::string where = "--model: " + source_.path + ": ";
+    std::int64_t parameters = 0;
+    for (const auto& p : module_.parameters()) parameters += p.numel();
+    if (parameters == 0) throw UsageError(where + "the model has no parameters to train");
+    torch::NoGradGuard no_grad;
+    auto trial = ScriptedModel(leaf_copy(module_));
+    torch::Tensor inputs = spec_.input == ModelSpec::Input::Float
+                               ? torch::randn(with_batch(2, spec_.input_shape))
+                               : torch::randint(0, spec_.vocab, {2, spec_.input_shape[0]}, torch::kInt64);
+    torch::Tensor output;
+    try {
+      output = trial.forward(inputs);
+    } catch (const CaseFailure& e) {
+      throw UsageError(where + std::string(e.what()).substr(std::strlen("--model: ")));
+    } catch (const c10::Error& e) {
+      throw UsageError(where + "the model rejects 'input' " + spec_.settings().at("input") + " (a batch of shape " +
+                       shape_text(inputs.sizes()) + "): " + telling_line(e.what_without_backtrace()));
+    } catch (const std::exception& e) {  // the interpreter's JITException
+      throw UsageError(where + "the model rejects 'input' " + spec_.settings().at("input") + " (a batch of shape " +
+                       shape_text(inputs.sizes()) + "): " + telling_line(e.what()));
+    }
+    const auto sizes = output.sizes();
+    const auto fail = [&](const std::string& expected) {
+      throw UsageError(where + "its output " + shape_text(sizes) + " does not fit 'target' " +
+                       spec_.settings().at("target") + " (expected " + expected + ")");
+    };
+    switch (spec_.target) {
+      case ModelSpec::Target::Class:
+        if (sizes.size() != 2 || sizes[0] != 2 || sizes[1] != spec_.classes) {
+          fail("[batch, " + std::to_string(spec_.classes) + "] logits");
+        }
+        break;
+      case ModelSpec::Target::NextToken:
+        if (sizes.size() != 3 || sizes[0] != 2 || sizes[1] != spec_.input_shape[0] || sizes[2] != spec_.vocab) {
+          fail("[batch, " + std::to_string(spec_.input_shape[0]) + ", " + std::to_string(spec_.vocab) + "] logits");
+        }
+        break;
+      case ModelSpec::Target::Regression:
+        if (sizes.empty() || sizes[0] != 2 || !output.is_floating_point()) fail("a floating-point [batch, ...] tensor");
+        output_shape_.assign(sizes.begin() + 1, sizes.end());
+        break;
+    }
+  }
+
+  ModelSource source_;
+  ModelSpec spec_;
+  torch::jit::Module module_;  // as loaded, on the CPU: every model is a deep copy of it
+  std::vector<std::int64_t> output_shape_;  // one sample's output, for regression targets
+  bool batch_norm_ = false;
+};
+
+}  // namespace
+
+std::string sidecar_path(const std::string& model_path) {
+  const auto slash = model_path.find_last_of('/');
+  const auto dot = model_path.find_last_of('.');
+  const bool has_extension = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  return (has_extension ? model_path.substr(0, dot) : model_path) + ".json";
+}
+
+ModelSource register_scripted_model(const std::string& path, const std::vector<std::string>& overrides) {
+  {
+    std::ifstream probe(path, std::ios::binary);
+    if (!probe) throw UsageError("--model: cannot read " + path + ": " + std::strerror(errno));
+  }
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(path, torch::Device(torch::kCPU));
+  } catch (const c10::Error& e) {
+    throw UsageError("--model: " + path + " is not a TorchScript module this LibTorch (" + compat::torch_version() +
+                     ") can load: " + first_line(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw UsageError("--model: " + path + " is not a TorchScript module: " + first_line(e.what()));
+  }
+
+  ModelSource source{path, {}};
+  const std::string sidecar = sidecar_path(path);
+  const bool has_sidecar = static_cast<bool>(std::ifstream(sidecar));
+  if (has_sidecar) source.settings = read_model_sidecar(sidecar);
+  for (const auto& o : overrides) apply_model_setting(o, source.settings);
+  const auto slash = path.find_last_of('/');
+  const std::string file = path.substr(slash == std::string::npos ? 0 : slash + 1);
+  const auto dot = file.find_last_of('.');
+  const std::string stem = dot == std::string::npos || dot == 0 ? file : file.substr(0, dot);
+  const std::string described = has_sidecar ? (overrides.empty() ? sidecar : sidecar + " and --model-set")
+                                            : (overrides.empty() ? "no sidecar " + sidecar : "--model-set (no sidecar " + sidecar + ")");
+  ModelSpec spec = parse_model_spec(source.settings, stem, described);
+  source.settings = spec.settings();
+
+  auto& registry = WorkloadRegistry::instance();
+  if (registry.contains(spec.name)) {
+    const auto* earlier = dynamic_cast<const ScriptedWorkload*>(&registry.get(spec.name));
+    if (earlier == nullptr) {
+      throw UsageError("--model: the name '" + spec.name + "' is a built-in workload's: set another with --model-set name=NAME");
+    }
+    if (earlier->source() == source) return source;  // this process loaded it already
+  }
+  registry.put(std::make_unique<ScriptedWorkload>(source, std::move(spec), std::move(module)));
+  return source;
+}
+
+}  // namespace ddpbench

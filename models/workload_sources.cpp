@@ -1,0 +1,110 @@
+#include "models/workload_sources.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "harness/errors.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+
+namespace {
+
+WorkloadSources& installed() {
+  static WorkloadSources sources;
+  return sources;
+}
+
+// dlopen()s `path`; the library's DDPBENCH_REGISTER_WORKLOAD objects register into this
+// executable's registry (it exports its symbols: ENABLE_EXPORTS). A library loaded before is not
+// loaded again (dlopen hands back the same handle and runs no initialiser twice).
+std::vector<std::string> load_workload_library(const std::string& path) {
+  auto& registry = WorkloadRegistry::instance();
+  const auto before = registry.names();
+  const bool seen = std::find(installed().libraries.begin(), installed().libraries.end(), path) != installed().libraries.end();
+  // A path without a slash would be looked up in the library path, not the working directory.
+  const std::string target = path.find('/') == std::string::npos ? "./" + path : path;
+  void* handle = nullptr;
+  try {
+    handle = ::dlopen(target.c_str(), RTLD_NOW | RTLD_LOCAL);
+  } catch (const std::exception& e) {  // a registration that throws (a name taken) unwinds through dlopen
+    throw UsageError("--workload-lib: " + path + ": " + e.what());
+  }
+  if (handle == nullptr) {
+    const char* why = ::dlerror();
+    throw UsageError("--workload-lib: cannot load " + path + ": " + (why ? why : "unknown error"));
+  }
+  std::vector<std::string> added;
+  for (const auto& name : registry.names()) {
+    if (std::find(before.begin(), before.end(), name) == before.end()) added.push_back(name);
+  }
+  if (added.empty() && !seen) {
+    throw UsageError("--workload-lib: " + path + " registered no workload (DDPBENCH_REGISTER_WORKLOAD in the library)");
+  }
+  if (!seen) installed().libraries.push_back(path);
+  return added;
+}
+
+}  // namespace
+
+std::vector<std::string> install_workload_sources(const std::vector<std::string>& libraries, const std::string& model_path,
+                                                  const std::vector<std::string>& model_settings) {
+  std::vector<std::string> added;
+  for (const auto& lib : libraries) {
+    for (auto& name : load_workload_library(lib)) added.push_back(std::move(name));
+  }
+  if (!model_path.empty()) {
+    installed().model = register_scripted_model(model_path, model_settings);
+    added.push_back(installed().model->settings.at("name"));
+  } else if (!model_settings.empty()) {
+    throw UsageError("--model-set: needs --model PATH");
+  }
+  return added;
+}
+
+void install_workload_sources(const WorkloadSources& sources) {
+  std::vector<std::string> settings;
+  if (sources.model) {
+    for (const auto& [key, value] : sources.model->settings) settings.push_back(key + "=" + value);
+  }
+  install_workload_sources(sources.libraries, sources.model ? sources.model->path : "", settings);
+}
+
+const WorkloadSources& installed_workload_sources() { return installed(); }
+
+std::vector<std::string> WorkloadSources::command_line() const {
+  std::vector<std::string> args;
+  for (const auto& lib : libraries) args.insert(args.end(), {"--workload-lib", lib});
+  if (model) {
+    args.insert(args.end(), {"--model", model->path});
+    for (const auto& [key, value] : model->settings) args.insert(args.end(), {"--model-set", key + "=" + value});
+  }
+  return args;
+}
+
+std::string WorkloadSources::to_json() const {
+  nlohmann::json doc;
+  doc["libraries"] = libraries;
+  if (model) doc["model"] = {{"path", model->path}, {"settings", model->settings}};
+  return doc.dump();
+}
+
+WorkloadSources WorkloadSources::from_json(const std::string& text) {
+  try {
+    const auto doc = nlohmann::json::parse(text);
+    WorkloadSources sources;
+    sources.libraries = doc.at("libraries").get<std::vector<std::string>>();
+    if (doc.contains("model")) {
+      sources.model = ModelSource{doc.at("model").at("path").get<std::string>(),
+                                  doc.at("model").at("settings").get<std::map<std::string, std::string>>()};
+    }
+    return sources;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(std::string("malformed ") + kWorkloadSourcesVariable + ": " + e.what());
+  }
+}
+
+}  // namespace ddpbench

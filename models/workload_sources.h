@@ -1,0 +1,38 @@
+#pragma once
+// Workloads that come from outside the executable: TorchScript models (--model, --model-set) and
+// plug-in libraries (--workload-lib). Every process of a run must load the same ones before it
+// looks a workload up: the launcher's ranks get them on their command line, hogwild's worker
+// processes in an environment variable; both carry the resolved record, not the user's spelling.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/scripted_workload.h"
+
+namespace ddpbench {
+
+struct WorkloadSources {
+  std::vector<std::string> libraries;  // --workload-lib, in order
+  std::optional<ModelSource> model;    // --model, with its resolved settings
+
+  bool empty() const { return libraries.empty() && !model; }
+  // The flags that make another ddpbench process load the same: --workload-lib L... --model P --model-set K=V...
+  std::vector<std::string> command_line() const;
+  std::string to_json() const;
+  // Throws std::runtime_error on a malformed record (it is ours, never the user's).
+  static WorkloadSources from_json(const std::string& text);
+};
+
+// The environment variable a hogwild worker process finds the run's WorkloadSources in.
+constexpr const char* kWorkloadSourcesVariable = "DDPBENCH_WORKLOAD_SOURCES";
+
+// Loads each library (dlopen; its static registrations add workloads) and the model, once per
+// process, and records them for installed_workload_sources(). Returns the names of the workloads
+// they registered. Throws UsageError naming --workload-lib or --model.
+std::vector<std::string> install_workload_sources(const std::vector<std::string>& libraries, const std::string& model_path,
+                                                  const std::vector<std::string>& model_settings);
+void install_workload_sources(const WorkloadSources& sources);
+// What this process installed: what its rank and worker processes must install too.
+const WorkloadSources& installed_workload_sources();
+
+}  // namespace ddpbench

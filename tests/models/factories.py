@@ -1,0 +1,61 @@
+"""Model factories the C++ tests export with scripts/ddpbench-export (tests/test_models.cpp)."""
+import torch
+from torch import nn
+
+
+def resnet18_groupnorm(num_classes=10):
+    """torchvision's ResNet-18 with GroupNorm in place of BatchNorm: per-sample normalisation, so
+    every data-parallel strategy must match `single` exactly (BatchNorm's per-device statistics
+    would not)."""
+    import torchvision
+    return torchvision.models.resnet18(num_classes=num_classes, norm_layer=lambda channels: nn.GroupNorm(1, channels))
+
+
+def resnet18(num_classes=10):
+    import torchvision
+    return torchvision.models.resnet18(num_classes=num_classes)
+
+
+class TinyMlp(nn.Module):
+    def __init__(self, inputs=16, classes=4):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(inputs, 32), nn.ReLU(), nn.Linear(32, classes))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def tiny_mlp(inputs=16, classes=4):
+    return TinyMlp(inputs, classes)
+
+
+class NextTokenModel(nn.Module):
+    def __init__(self, vocab=64, width=16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.mix = nn.Linear(width, width)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.mix(self.embed(tokens))))
+
+
+def next_token_model(vocab=64):
+    return NextTokenModel(vocab)
+
+
+class Regressor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def regressor():
+    return Regressor()
+
+
+def not_a_module():
+    return 42

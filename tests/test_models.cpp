@@ -1,0 +1,311 @@
+// Workloads from outside the executable: TorchScript models exported by this leg's own Debian
+// torch/torchvision through scripts/ddpbench-export (--model, --model-set, the sidecar), and the
+// example plug-in library (--workload-lib), run by the real ddpbench binary under every strategy.
+#include <gtest/gtest.h>
+
+#include <mutex>
+
+#include "harness/errors.h"
+#include "models/model_spec.h"
+#include "models/workload_sources.h"
+#include "test_support.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+namespace {
+
+using testing::run_process;
+using testing::ScratchDir;
+
+// The interpreter with the torch that matches this build's LibTorch: Debian's, or DDPBENCH_PYTHON.
+std::string python() {
+  const char* other = std::getenv("DDPBENCH_PYTHON");
+  return other != nullptr && *other != '\0' ? other : "/usr/bin/python3";
+}
+
+// `factory` (in tests/models/factories.py) exported once per test process with `flags`; the path
+// of its .pt (its sidecar beside it).
+std::string exported_model(const std::string& name, const std::string& factory, const std::vector<std::string>& flags) {
+  static ScratchDir dir;
+  static std::mutex mutex;
+  static std::map<std::string, std::string> done;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = done.find(name); it != done.end()) return it->second;
+  const std::string path = dir.file(name + ".pt");
+  std::vector<std::string> args = {python(), std::string(DDPBENCH_SOURCE_DIR) + "/scripts/ddpbench-export",
+                                   "factories:" + factory, "-o", path};
+  args.insert(args.end(), flags.begin(), flags.end());
+  const auto r = run_process(args, 0, {{"PYTHONPATH", std::string(DDPBENCH_SOURCE_DIR) + "/tests/models"}});
+  if (r.exit_code != 0) throw std::runtime_error("ddpbench-export " + factory + " failed: " + r.err + r.out);
+  done[name] = path;
+  return path;
+}
+
+std::string resnet18_groupnorm() {
+  return exported_model("resnet18gn", "resnet18_groupnorm",
+                        {"--input", "float:3x32x32", "--classes", "10", "--batch", "8", "--lr", "0.01"});
+}
+std::string tiny_mlp() { return exported_model("tiny", "tiny_mlp", {"--input", "float:16", "--classes", "4", "--batch", "8"}); }
+
+nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(testing::read_text(path)); }
+
+// Every case of `doc` by its name.
+std::map<std::string, nlohmann::json> cases_of(const nlohmann::json& doc) {
+  std::map<std::string, nlohmann::json> out;
+  for (const auto& b : doc["benchmarks"]) {
+    if (b["run_type"] == "aggregate") continue;
+    out.emplace(b["run_name"].get<std::string>(), b);
+  }
+  return out;
+}
+
+std::vector<std::string> quick_run(const std::string& json, std::vector<std::string> extra) {
+  return testing::ddpbench_run({{"--device", "cpu"}, {"--world-size", "2"}, {"--steps", "2"}, {"--warmup", "1"},
+                                {"--repetitions", "2"}, {"--parity-steps", "2"}},
+                               json, std::move(extra));
+}
+
+// ---- the spec: sidecar keys and --model-set -------------------------------------------------
+
+TEST(ModelSpec, DefaultsFollowTheTargetAndSettingsRoundTrip) {
+  const auto spec = parse_model_spec({{"input", "float:3x8x8"}, {"target", "class:10"}}, "m", "test");
+  EXPECT_EQ(spec.name, "m");
+  EXPECT_EQ(spec.input_shape, (std::vector<std::int64_t>{3, 8, 8}));
+  EXPECT_EQ(spec.loss, ModelSpec::Loss::CrossEntropy);
+  EXPECT_EQ(spec.optimizer, ModelSpec::Optimizer::Sgd);
+  EXPECT_EQ(spec.global_batch, 32);
+  const auto regression = parse_model_spec({{"input", "float:4"}, {"target", "regression"}, {"optimizer", "adamw"}}, "r", "t");
+  EXPECT_EQ(regression.loss, ModelSpec::Loss::Mse);
+  EXPECT_DOUBLE_EQ(regression.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(regression.weight_decay, 0.01);
+  // settings() is the spec: parsing it back gives every field again.
+  for (const auto& s : {spec, regression}) {
+    const auto again = parse_model_spec(s.settings(), "other", "t");
+    EXPECT_EQ(again.settings(), s.settings());
+    EXPECT_EQ(again.name, s.name);
+  }
+}
+
+TEST(ModelSpec, EveryBadSettingNamesItsKey) {
+  const std::map<std::string, std::string> good = {{"input", "tokens:8"}, {"vocab", "50"}, {"target", "next-token"}};
+  struct Bad {
+    std::string key, value, expected;
+  };
+  const std::vector<Bad> bad = {
+      {"input", "image:3x8x8", "'input' must be float:SHAPE or tokens:LENGTH"},
+      {"input", "tokens:8x2", "'input' tokens:LENGTH takes one length"},
+      {"input", "float:3x0", "'input' has a bad shape"},
+      {"input", "float:3x", "'input' has a bad shape"},
+      {"vocab", "1", "'vocab' must be at least 2"},
+      {"vocab", "5.5", "'vocab' must be a whole number"},
+      {"target", "class:x", "'target' is not a number"},
+      {"target", "classify", "'target' must be class:N"},
+      {"loss", "mse", "'loss' mse needs a regression target"},
+      {"loss", "hinge", "'loss' must be cross-entropy or mse"},
+      {"optimizer", "lamb", "'optimizer' must be sgd or adamw"},
+      {"lr", "0", "'lr' must be more than 0"},
+      {"lr", " 1", "'lr' is not a number"},
+      {"global_batch", "0", "'global_batch' must be at least 1"},
+      {"name", "a/b", "'name' 'a/b' cannot name a workload"},
+  };
+  for (const auto& b : bad) {
+    SCOPED_TRACE(b.key + "=" + b.value);
+    auto settings = good;
+    settings[b.key] = b.value;
+    try {
+      parse_model_spec(settings, "m", "m.json");
+      ADD_FAILURE() << "accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--model: m.json: " + b.expected), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(parse_model_spec({{"target", "class:3"}}, "m", "t"), UsageError);  // no input
+  EXPECT_THROW(parse_model_spec({{"input", "float:3"}, {"target", "next-token"}}, "m", "t"), UsageError);
+  EXPECT_THROW(parse_model_spec({{"input", "tokens:3"}, {"target", "class:3"}}, "m", "t"), UsageError);  // no vocab
+  std::map<std::string, std::string> settings;
+  EXPECT_THROW(apply_model_setting("colour=blue", settings), UsageError);
+  EXPECT_THROW(apply_model_setting("lr", settings), UsageError);
+  EXPECT_THROW(apply_model_setting("lr=", settings), UsageError);
+  apply_model_setting("lr=0.5", settings);
+  EXPECT_EQ(settings.at("lr"), "0.5");
+}
+
+TEST(WorkloadSources, SurviveTheTripToRanksAndWorkers) {
+  WorkloadSources sources;
+  sources.libraries = {"/opt/a.so", "b c.so"};
+  sources.model = ModelSource{"/data/m 1.pt", {{"input", "float:3x4"}, {"target", "class:2"}, {"lr", "0.25"}}};
+  const auto back = WorkloadSources::from_json(sources.to_json());
+  EXPECT_EQ(back.libraries, sources.libraries);
+  ASSERT_TRUE(back.model.has_value());
+  EXPECT_TRUE(*back.model == *sources.model);
+  EXPECT_EQ(sources.command_line(),
+            (std::vector<std::string>{"--workload-lib", "/opt/a.so", "--workload-lib", "b c.so", "--model", "/data/m 1.pt",
+                                      "--model-set", "input=float:3x4", "--model-set", "lr=0.25", "--model-set",
+                                      "target=class:2"}));
+  EXPECT_THROW(WorkloadSources::from_json("{\"model\": 1}"), std::runtime_error);
+}
+
+// ---- a TorchScript model in this process -------------------------------------------------
+
+TEST(ScriptedModel, IsAWorkloadModelTheHarnessCanCloneConvertAndTrain) {
+  const ModelSource source = register_scripted_model(tiny_mlp(), {"name=tiny-inproc"});
+  const Workload& workload = WorkloadRegistry::instance().get("tiny-inproc");
+  EXPECT_EQ(workload.default_global_batch(), 8);
+  EXPECT_EQ(source.settings.at("target"), "class:4");
+  EXPECT_EQ(workload.facts().parameters, 16 * 32 + 32 + 32 * 4 + 4);
+  const Dataset data = workload.make_dataset(6, 7);
+  EXPECT_EQ(data.inputs.sizes(), (std::vector<std::int64_t>{6, 16}));
+  EXPECT_TRUE(torch::equal(data.targets, workload.make_dataset(6, 7).targets));
+
+  auto model = workload.make_model();
+  auto optimizer = workload.make_optimizer(model->parameters());
+  const auto before = model->parameters()[0].clone();
+  auto loss = workload.loss(model->forward(data.inputs), data.targets);
+  loss.backward();
+  optimizer->step();
+  EXPECT_FALSE(torch::equal(before, model->parameters()[0])) << "a step must change the module's own weights";
+  // Each model is a fresh copy of the file's weights, whatever an earlier one trained.
+  EXPECT_TRUE(torch::equal(before, workload.make_model()->parameters()[0]));
+
+  // The harness's clone and float64 conversion reach the module's forward.
+  auto copy = clone_model(*model, torch::kCPU);
+  EXPECT_TRUE(torch::equal(copy->forward(data.inputs), model->forward(data.inputs)));
+  set_floating_dtype(*copy, torch::kDouble);
+  EXPECT_EQ(copy->forward(data.inputs.to(torch::kDouble)).scalar_type(), torch::kDouble);
+  copy->eval();
+  EXPECT_FALSE(copy->is_training());
+}
+
+// ---- the real binary: every strategy, the ranks and the worker processes --------------------
+
+TEST(ScriptedModel, ResNet18UnderEveryStrategyMatchesSingle) {
+  const std::string model = resnet18_groupnorm();
+  ScratchDir dir;
+  for (const std::string mode : {"threads", "processes"}) {
+    SCOPED_TRACE(mode);
+    const std::string json = dir.file(mode + ".json");
+    const auto r = run_process(quick_run(json, {"--model", model, "--strategy", mode == "threads" ? "all" : "hogwild",
+                                                "--hogwild-mode", mode}));
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    const auto cases = cases_of(read_json(json));
+    ASSERT_EQ(cases.size(), mode == "threads" ? 5u : 1u);
+    for (const auto& [name, c] : cases) {
+      SCOPED_TRACE(name);
+      EXPECT_EQ(name.rfind("resnet18gn/", 0), 0u);
+      ASSERT_EQ(c["ddpbench"]["status"], "ok") << c.dump();
+      const auto& parity = c["ddpbench"]["parity"];
+      if (name.find("hogwild") != std::string::npos) {
+        EXPECT_EQ(parity["compared_by"], "loss");
+        EXPECT_TRUE(parity["final_loss"].is_number());
+      } else {
+        EXPECT_LE(parity["max_rel_param_diff"].get<double>(), parity["tolerance"].get<double>());
+      }
+    }
+  }
+}
+
+TEST(ScriptedModel, NextTokenAndRegressionTargetsTrainUnderDdp) {
+  const std::string tokens = exported_model("tokens", "next_token_model",
+                                            {"--input", "tokens:8", "--vocab", "64", "--next-token", "--optimizer", "adamw"});
+  const std::string regression = exported_model("regression", "regressor", {"--input", "float:8", "--regression"});
+  ScratchDir dir;
+  for (const auto& model : {tokens, regression}) {
+    SCOPED_TRACE(model);
+    const std::string json = dir.file("out.json");
+    const auto r = run_process(quick_run(json, {"--model", model, "--strategy", "single,ddp", "--batch", "4"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    for (const auto& [name, c] : cases_of(read_json(json))) {
+      SCOPED_TRACE(name);
+      ASSERT_EQ(c["ddpbench"]["status"], "ok") << c.dump();
+      EXPECT_LE(c["ddpbench"]["parity"]["max_rel_param_diff"].get<double>(), c["ddpbench"]["parity"]["tolerance"].get<double>());
+    }
+  }
+}
+
+TEST(ScriptedModel, BatchNormGetsThePerDeviceStatisticsNoteAndNoSyncBn) {
+  const std::string model = exported_model("resnet18bn", "resnet18", {"--input", "float:3x16x16", "--classes", "10", "--batch", "4"});
+  const auto r = run_process(quick_run("", {"--model", model, "--strategy", "dp", "--steps", "1", "--repetitions", "1"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("BatchNorm statistics are computed per device"), std::string::npos) << r.out;
+  const auto refused = run_process(quick_run("", {"--model", model, "--strategy", "ddp", "--sync-bn"}));
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("--sync-bn: the BatchNorm layers of resnet18bn"), std::string::npos) << refused.err;
+}
+
+TEST(ScriptedModel, BadModelsAndSpecsExitTwoWithOneLineBeforeAnythingIsWritten) {
+  ScratchDir dir;
+  const std::string tiny = tiny_mlp();
+  const std::string garbage = dir.file("garbage.pt");
+  std::ofstream(garbage) << "not a zip archive";
+  const std::string no_sidecar = dir.file("bare.pt");
+  {
+    std::ifstream in(tiny, std::ios::binary);
+    std::ofstream(no_sidecar, std::ios::binary) << in.rdbuf();
+  }
+  const std::string bad_sidecar_model = dir.file("badside.pt");
+  {
+    std::ifstream in(tiny, std::ios::binary);
+    std::ofstream(bad_sidecar_model, std::ios::binary) << in.rdbuf();
+    std::ofstream(dir.file("badside.json")) << R"({"input": "float:16", "target": "class:4", "colour": "blue"})";
+  }
+  struct Case {
+    std::vector<std::string> flags;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"--model", dir.file("missing.pt")}, "--model: cannot read " + dir.file("missing.pt")},
+      {{"--model", garbage}, "--model: " + garbage + " is not a TorchScript module"},
+      {{"--model", no_sidecar}, "'input' is missing"},
+      {{"--model", bad_sidecar_model}, "unknown key 'colour'"},
+      {{"--model", tiny, "--model-set", "input=float:17"}, "the model rejects 'input' float:17"},
+      {{"--model", tiny, "--model-set", "target=class:5"}, "its output [2, 4] does not fit 'target' class:5"},
+      {{"--model", tiny, "--model-set", "input=tokens:16"}, "'vocab' is missing"},
+      {{"--model", tiny, "--model-set", "size=3"}, "--model-set: unknown key 'size'"},
+      {{"--model-set", "lr=0.1"}, "--model-set: needs --model PATH"},
+      {{"--model", tiny, "--model-set", "name=mlp"}, "the name 'mlp' is a built-in workload's"},
+      {{"--model", tiny, "--workload", "tiny,nope"}, "--workload: unknown name 'nope'"},
+      {{"--workload-lib", dir.file("missing.so")}, "--workload-lib: cannot load " + dir.file("missing.so")},
+      {{"--workload-lib", tiny}, "--workload-lib: cannot load " + tiny},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.expected);
+    const std::string json = dir.file("results.json");
+    auto flags = c.flags;
+    const auto r = run_process(quick_run(json, flags));
+    EXPECT_EQ(r.exit_code, 2) << r.err << r.out;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << r.err;
+    EXPECT_FALSE(testing::path_exists(json)) << "a refused run wrote its results file";
+  }
+}
+
+// ---- a plug-in library -------------------------------------------------------------------
+
+TEST(WorkloadPlugin, TheExampleRunsUnderEveryStrategyInRanksAndWorkers) {
+  ScratchDir dir;
+  for (const std::string mode : {"threads", "processes"}) {
+    SCOPED_TRACE(mode);
+    const std::string json = dir.file(mode + ".json");
+    const auto r = run_process(quick_run(json, {"--workload-lib", DDPBENCH_EXAMPLE_PLUGIN, "--workload", "swish-mlp",
+                                                "--strategy", mode == "threads" ? "all" : "hogwild", "--hogwild-mode", mode}));
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    const auto cases = cases_of(read_json(json));
+    ASSERT_EQ(cases.size(), mode == "threads" ? 5u : 1u);
+    for (const auto& [name, c] : cases) {
+      SCOPED_TRACE(name);
+      EXPECT_EQ(name.rfind("swish-mlp/", 0), 0u);
+      ASSERT_EQ(c["ddpbench"]["status"], "ok") << c.dump();
+      const auto& parity = c["ddpbench"]["parity"];
+      if (parity["compared_by"] != "loss") {
+        EXPECT_LE(parity["max_rel_param_diff"].get<double>(), parity["tolerance"].get<double>());
+      }
+    }
+  }
+  // --list names the plug-in's workload with the built-in ones.
+  const auto list = run_process(testing::ddpbench_args({"--workload-lib", DDPBENCH_EXAMPLE_PLUGIN, "--list"}));
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_NE(list.out.find("swish-mlp"), std::string::npos) << list.out;
+}
+
+}  // namespace
+}  // namespace ddpbench
