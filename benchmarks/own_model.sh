@@ -23,8 +23,8 @@ lr="$("$python" -c "print(0.1 * $batch / 256)")"
 "$python" scripts/ddpbench-export "$factory" --input "float:3x${size}x${size}" --classes 1000 --batch "$batch" \
   --lr "$lr" --weight-decay 1e-4 -o "$model" | tee "$out/$name-export.txt"
 # shellcheck disable=SC2086
-"$ddpbench" --model "$model" --strategy all --json "$out/$name.json" ${DDPBENCH_FLAGS:-} | tee "$out/$name.txt"
+"$ddpbench" --model "$model" --strategy all --json "$out/$name-results.json" ${DDPBENCH_FLAGS:-} | tee "$out/$name.txt"
 # shellcheck disable=SC2086
-"$ddpbench" --model "$model" --strategy hogwild --hogwild-mode processes --json "$out/$name-hogwild-processes.json" \
+"$ddpbench" --model "$model" --strategy hogwild --hogwild-mode processes --json "$out/$name-hogwild-processes-results.json" \
   ${DDPBENCH_FLAGS:-} | tee "$out/$name-hogwild-processes.txt"
 rm -f "$model"  # the weights are the factory's, remade by the export; the sidecar stays with the results

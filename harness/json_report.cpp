@@ -6,17 +6,13 @@
 
 #include "harness/atomic_file.h"
 #include "harness/explain.h"
+#include "harness/json_optional.h"
 #include "harness/stats.h"
 
 namespace ddpbench {
 namespace {
 
 using nlohmann::json;
-
-template <typename T>
-json optional_json(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
 
 json context_json(const RunRecord& record) {
   const auto& c = record.context;
@@ -37,8 +33,8 @@ json context_json(const RunRecord& record) {
       {"git_sha", c.git_sha},
       {"argv", c.argv},
       {"torch_version", c.torch_version},
-      {"cuda_version", optional_json(c.cuda_version)},
-      {"nccl_version", optional_json(c.nccl_version)},
+      {"cuda_version", optional_to_json(c.cuda_version)},
+      {"nccl_version", optional_to_json(c.nccl_version)},
       {"devices", devices},
       {"env", env},
       {"settings",
@@ -89,9 +85,9 @@ json memory_json(const std::vector<DeviceMemory>& memory) {
   for (const auto& m : memory) {
     out.push_back({{"device", m.device},
                    {"kind", to_string(m.kind)},
-                   {"peak_allocated_bytes", optional_json(m.peak_allocated_bytes)},
-                   {"peak_reserved_bytes", optional_json(m.peak_reserved_bytes)},
-                   {"held_before_bytes", optional_json(m.held_before_bytes)}});
+                   {"peak_allocated_bytes", optional_to_json(m.peak_allocated_bytes)},
+                   {"peak_reserved_bytes", optional_to_json(m.peak_reserved_bytes)},
+                   {"held_before_bytes", optional_to_json(m.held_before_bytes)}});
   }
   return out;
 }
@@ -186,7 +182,7 @@ json ranks_json(const CaseRecord& c, const RepetitionRecord& r) {
                    {"step_time_ms", rank.mean_step_seconds * 1e3},
                    {"cpu_time_ms", rank.cpu_seconds / static_cast<double>(std::max<size_t>(1, r.step_seconds.size())) * 1e3},
                    {"phases_ms", phases_json(c, rank.phase_seconds, rank.mean_step_seconds)},
-                   {"peak_rss_bytes", optional_json(rank.peak_rss_bytes)}});
+                   {"peak_rss_bytes", optional_to_json(rank.peak_rss_bytes)}});
   }
   return out;
 }
@@ -209,9 +205,9 @@ json case_fields(const CaseRecord& c) {
             {"noisy", c.noisy},
             // The 95% interval of the step time over repetitions, relative; unresolved: adaptive
             // sampling stopped at --max-time short of --target-precision.
-            {"precision", {{"achieved_ci95", optional_json(c.achieved_precision)}, {"unresolved", c.unresolved},
+            {"precision", {{"achieved_ci95", optional_to_json(c.achieved_precision)}, {"unresolved", c.unresolved},
                            {"seconds_spent", c.seconds_spent}}},
-            {"cv_over_noise_floor", optional_json(c.cv_over_noise_floor)}};
+            {"cv_over_noise_floor", optional_to_json(c.cv_over_noise_floor)}};
   if (c.loss_vs_single) {
     f["loss_vs_single"] = {{"samples_seen", c.loss_vs_single->samples_seen},
                            {"loss", finite_or_null(c.loss_vs_single->loss)},
@@ -283,8 +279,8 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     f["compute"] = compute_json(c, items.back());
     f["phases_ms"] = phases_json(c, r.phase_seconds, step);
     f["memory"] = memory_json(r.memory);
-    f["memory_imbalance"] = optional_json(memory_imbalance(r.memory));
-    f["peak_rss_bytes"] = optional_json(r.peak_rss_bytes);
+    f["memory_imbalance"] = optional_to_json(memory_imbalance(r.memory));
+    f["peak_rss_bytes"] = optional_to_json(r.peak_rss_bytes);
     f["data_path"] = r.data_path;
     f["first_loss"] = r.first_loss;
     f["final_loss"] = r.final_loss;
@@ -298,7 +294,7 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     if (r.comm) f["comm"] = comm_json(r.comm);
     if (!r.ranks.empty()) {
       f["ranks"] = ranks_json(c, r);
-      f["straggler_spread"] = optional_json(r.straggler_spread());
+      f["straggler_spread"] = optional_to_json(r.straggler_spread());
     }
     e["ddpbench"] = f;
     benchmarks.push_back(e);
@@ -349,8 +345,8 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     for (double ms : real_ms) step_s.push_back(ms * 1e-3);
     f["phases_ms"] = phases_json(c, phases, a.fn(step_s));
     f["memory"] = memory_json(peak);
-    f["memory_imbalance"] = optional_json(memory_imbalance(peak));
-    f["scaling_efficiency"] = optional_json(c.scaling_efficiency);
+    f["memory_imbalance"] = optional_to_json(memory_imbalance(peak));
+    f["scaling_efficiency"] = optional_to_json(c.scaling_efficiency);
     f["step_time_ms"] = step_distribution_json(c);
     f["compute"] = compute_json(c, a.fn(items), a.name);
     if (c.repetitions.front().async) {

@@ -20,6 +20,7 @@
 #include "harness/errors.h"
 #include "harness/json_report.h"
 #include "harness/output_paths.h"
+#include "models/workload_sources.h"
 #include "harness/process_group.h"
 #include "harness/progress.h"
 #include "harness/rank_env.h"
@@ -66,6 +67,17 @@ std::string describe_sampling(const ddpbench::RunnerOptions& r) {
     out << r.repetitions << " repetition(s) of " << r.steps << " steps after " << r.warmup << " warm-up";
   }
   return out.str();
+}
+
+// The files the run reads, which no output of it may replace: --model's file and sidecar, the
+// plug-in libraries. (`--json resnet50.json` beside resnet50.pt would replace the sidecar.)
+void protect_inputs(ddpbench::OutputClaims& outputs) {
+  const auto& sources = ddpbench::installed_workload_sources();
+  if (sources.model) {
+    outputs.protect_input("--model", sources.model->path);
+    outputs.protect_input("--model", ddpbench::sidecar_path(sources.model->path));
+  }
+  for (const auto& lib : sources.libraries) outputs.protect_input("--workload-lib", lib);
 }
 
 std::string join(const std::vector<std::string>& names) {
@@ -147,6 +159,7 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
   // checkpoint, every rank its trace file. A rank started by ddpbench's launcher claims nothing:
   // the launching process holds those claims for the whole run.
   OutputClaims outputs;
+  protect_inputs(outputs);
   if (task_text == nullptr) {
     if (env.rank == 0 && cmd.json_path) outputs.claim("--json", *cmd.json_path);
     if (cmd.trace_dir) {
@@ -267,6 +280,7 @@ int run(const std::vector<std::string>& args) {
   warn_if_oversubscribed(cmd, devices);
 
   OutputClaims outputs;
+  protect_inputs(outputs);
   if (cmd.json_path) outputs.claim("--json", *cmd.json_path);
   if (cmd.trace_dir) {
     make_output_directory("--trace", *cmd.trace_dir);  // last of the checks: nothing made for a refused run

@@ -3,21 +3,13 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/errors.h"
+#include "harness/json_optional.h"
 
 namespace ddpbench {
 
 namespace {
 
 using nlohmann::json;
-
-template <typename T>
-json optional_field(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
-template <typename T>
-std::optional<T> optional_from(const json& j) {
-  return j.is_null() ? std::nullopt : std::optional<T>(j.get<T>());
-}
 
 HogwildMode hogwild_mode_from(const std::string& text) {
   if (text == to_string(HogwildMode::Threads)) return HogwildMode::Threads;
@@ -32,10 +24,10 @@ std::string encode_rank_options(const RankOptions& options) {
   json doc;
   doc["workloads"] = r.workloads;
   doc["strategies"] = r.strategies;
-  doc["global_batch"] = optional_field(r.global_batch);
-  doc["sequence_length"] = optional_field(r.sequence_length);
+  doc["global_batch"] = optional_to_json(r.global_batch);
+  doc["sequence_length"] = optional_to_json(r.sequence_length);
   doc["data_path"] = to_string(r.data_path);
-  doc["dataset_size"] = optional_field(r.dataset_size);
+  doc["dataset_size"] = optional_to_json(r.dataset_size);
   doc["steps"] = r.steps;
   doc["warmup"] = r.warmup;
   doc["repetitions"] = r.repetitions;
@@ -46,7 +38,7 @@ std::string encode_rank_options(const RankOptions& options) {
   doc["parity_steps"] = r.parity_steps;
   doc["parity_tolerance"] = r.parity_tolerance;
   doc["precision"] = to_string(r.precision);
-  doc["peak_flops"] = optional_field(r.peak_flops);
+  doc["peak_flops"] = optional_to_json(r.peak_flops);
   doc["max_cv"] = r.max_cv;
   doc["slow_by"] = r.slow_by;
   doc["loader"] = {{"workers", r.loader.workers},
@@ -76,10 +68,10 @@ RankOptions decode_rank_options(const std::string& text) {
     RunnerOptions& r = options.runner;
     r.workloads = doc.at("workloads").get<std::vector<std::string>>();
     r.strategies = doc.at("strategies").get<std::vector<std::string>>();
-    r.global_batch = optional_from<std::int64_t>(doc.at("global_batch"));
-    r.sequence_length = optional_from<std::int64_t>(doc.at("sequence_length"));
+    r.global_batch = optional_from_json<std::int64_t>(doc.at("global_batch"));
+    r.sequence_length = optional_from_json<std::int64_t>(doc.at("sequence_length"));
     r.data_path = parse_data_path("--rank-options", doc.at("data_path").get<std::string>());
-    r.dataset_size = optional_from<std::int64_t>(doc.at("dataset_size"));
+    r.dataset_size = optional_from_json<std::int64_t>(doc.at("dataset_size"));
     r.steps = doc.at("steps").get<int>();
     r.warmup = doc.at("warmup").get<int>();
     r.repetitions = doc.at("repetitions").get<int>();
@@ -90,7 +82,7 @@ RankOptions decode_rank_options(const std::string& text) {
     r.parity_steps = doc.at("parity_steps").get<int>();
     r.parity_tolerance = doc.at("parity_tolerance").get<double>();
     r.precision = parse_precision("--rank-options", doc.at("precision").get<std::string>());
-    r.peak_flops = optional_from<double>(doc.at("peak_flops"));
+    r.peak_flops = optional_from_json<double>(doc.at("peak_flops"));
     r.max_cv = doc.at("max_cv").get<double>();
     r.slow_by = doc.at("slow_by").get<double>();
     const auto& loader = doc.at("loader");

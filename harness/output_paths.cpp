@@ -77,8 +77,15 @@ void OutputClaims::claim(const std::string& flag, const std::string& path) {
   if (path == "-") {
     throw UsageError(flag + ": '-' would be a file named '-'; name a file (standard output is the table)");
   }
+  const std::string id = identity(path);
+  for (const auto& input : inputs_) {
+    if (!id.empty() && input.identity == id) {
+      throw UsageError(flag + ": '" + path + "' is the file " + input.flag + " reads ('" + input.path +
+                       "'); the run would write over its own input: name another file");
+    }
+  }
   check_writable_output(flag, path);
-  Claim c{flag, path, identity(path), -1};
+  Claim c{flag, path, id, -1};
   for (const auto& earlier : claims_) {
     if (earlier.identity == c.identity) {
       throw UsageError(flag + ": '" + path + "' is the file that " + earlier.flag + " writes too ('" + earlier.path +
@@ -91,6 +98,10 @@ void OutputClaims::claim(const std::string& flag, const std::string& path) {
                      "wait for it or name another file");
   }
   claims_.push_back(std::move(c));
+}
+
+void OutputClaims::protect_input(const std::string& flag, const std::string& path) {
+  inputs_.push_back(Claim{flag, path, identity(path), -1});
 }
 
 }  // namespace ddpbench

@@ -22,6 +22,9 @@ class OutputClaims {
   // flag (and the other flag, or that another run holds it) when the path cannot be written, is
   // "-", names a file already claimed, or another live ddpbench on this machine claimed it.
   void claim(const std::string& flag, const std::string& path);
+  // Names `path` as a file the run reads (`flag`'s: a model, its sidecar, a plug-in library):
+  // claiming it as an output afterwards throws UsageError, so no run writes over its own inputs.
+  void protect_input(const std::string& flag, const std::string& path);
 
   // The file a path names for writing by rename: its directory's canonical path and its name
   // (two names of one file through a symbolic link to its directory are the same output; two hard
@@ -36,6 +39,7 @@ class OutputClaims {
     int lock_fd = -1;
   };
   std::vector<Claim> claims_;
+  std::vector<Claim> inputs_;  // no lock: only this run's outputs are kept off them
 };
 
 }  // namespace ddpbench

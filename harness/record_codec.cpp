@@ -4,21 +4,13 @@
 
 #include <cmath>
 
+#include "harness/json_optional.h"
+
 namespace ddpbench {
 
 using nlohmann::json;
 
 namespace {
-
-template <typename T>
-json optional_to_json(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
-template <typename T>
-std::optional<T> optional_from_json(const json& j) {
-  if (j.is_null()) return std::nullopt;
-  return j.get<T>();
-}
 
 // JSON has no NaN: a diverged run's numbers travel as null and come back as NaN.
 json number(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }

@@ -204,6 +204,11 @@ def export(args):
         with os.fdopen(fd, "w") as f:
             json.dump(sidecar, f, indent=2)
             f.write("\n")
+        # mkstemp makes files only their owner can read: give them the mode a new file would have.
+        umask = os.umask(0)
+        os.umask(umask)
+        for path in written:
+            os.chmod(path, 0o666 & ~umask)
         os.replace(tmp_model, out)
         os.replace(tmp_sidecar, sidecar_path)
     except OSError as e:

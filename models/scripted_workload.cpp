@@ -212,7 +212,8 @@ std::string sidecar_path(const std::string& model_path) {
   return (has_extension ? model_path.substr(0, dot) : model_path) + ".json";
 }
 
-ModelSource register_scripted_model(const std::string& path, const std::vector<std::string>& overrides) {
+ModelSource register_scripted_model(const std::string& path, const std::vector<std::string>& overrides,
+                                    bool read_sidecar) {
   {
     std::ifstream probe(path, std::ios::binary);
     if (!probe) throw UsageError("--model: cannot read " + path + ": " + std::strerror(errno));
@@ -229,15 +230,16 @@ ModelSource register_scripted_model(const std::string& path, const std::vector<s
 
   ModelSource source{path, {}};
   const std::string sidecar = sidecar_path(path);
-  const bool has_sidecar = static_cast<bool>(std::ifstream(sidecar));
+  const bool has_sidecar = read_sidecar && static_cast<bool>(std::ifstream(sidecar));
   if (has_sidecar) source.settings = read_model_sidecar(sidecar);
   for (const auto& o : overrides) apply_model_setting(o, source.settings);
   const auto slash = path.find_last_of('/');
   const std::string file = path.substr(slash == std::string::npos ? 0 : slash + 1);
   const auto dot = file.find_last_of('.');
   const std::string stem = dot == std::string::npos || dot == 0 ? file : file.substr(0, dot);
-  const std::string described = has_sidecar ? (overrides.empty() ? sidecar : sidecar + " and --model-set")
-                                            : (overrides.empty() ? "no sidecar " + sidecar : "--model-set (no sidecar " + sidecar + ")");
+  const std::string described = !read_sidecar ? "the launcher's settings"
+                                : has_sidecar ? (overrides.empty() ? sidecar : sidecar + " and --model-set")
+                                              : (overrides.empty() ? "no sidecar " + sidecar : "--model-set (no sidecar " + sidecar + ")");
   ModelSpec spec = parse_model_spec(source.settings, stem, described);
   source.settings = spec.settings();
 

@@ -15,12 +15,15 @@ struct ModelSource {
   bool operator==(const ModelSource& other) const { return path == other.path && settings == other.settings; }
 };
 
-// Reads `path` (a TorchScript module) and its sidecar (the path with its extension replaced by
-// .json; optional where `overrides` say enough), applies the KEY=VALUE `overrides`, checks the spec
+// Reads `path` (a TorchScript module) and, with `read_sidecar`, its sidecar (the path with its
+// extension replaced by .json; optional where `overrides` say enough), applies the KEY=VALUE
+// `overrides` (a rank or worker process gets every key resolved, and reads no sidecar: the
+// launcher's reading is the one that counts, whatever happens to the file later), checks the spec
 // against the model with a forward pass on two samples of the synthetic data, and registers the
 // workload (replacing one registered earlier in this process from a model file). Throws UsageError
 // naming --model, the sidecar's key or --model-set.
-ModelSource register_scripted_model(const std::string& path, const std::vector<std::string>& overrides);
+ModelSource register_scripted_model(const std::string& path, const std::vector<std::string>& overrides,
+                                    bool read_sidecar = true);
 
 // The sidecar ddpbench reads for `model_path`: resnet50.pt -> resnet50.json.
 std::string sidecar_path(const std::string& model_path);

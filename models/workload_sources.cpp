@@ -50,14 +50,16 @@ std::vector<std::string> load_workload_library(const std::string& path) {
 
 }  // namespace
 
-std::vector<std::string> install_workload_sources(const std::vector<std::string>& libraries, const std::string& model_path,
-                                                  const std::vector<std::string>& model_settings) {
+namespace {
+
+std::vector<std::string> install(const std::vector<std::string>& libraries, const std::string& model_path,
+                                 const std::vector<std::string>& model_settings, bool read_sidecar) {
   std::vector<std::string> added;
   for (const auto& lib : libraries) {
     for (auto& name : load_workload_library(lib)) added.push_back(std::move(name));
   }
   if (!model_path.empty()) {
-    installed().model = register_scripted_model(model_path, model_settings);
+    installed().model = register_scripted_model(model_path, model_settings, read_sidecar);
     added.push_back(installed().model->settings.at("name"));
   } else if (!model_settings.empty()) {
     throw UsageError("--model-set: needs --model PATH");
@@ -65,25 +67,22 @@ std::vector<std::string> install_workload_sources(const std::vector<std::string>
   return added;
 }
 
+}  // namespace
+
+std::vector<std::string> install_workload_sources(const std::vector<std::string>& libraries, const std::string& model_path,
+                                                  const std::vector<std::string>& model_settings) {
+  return install(libraries, model_path, model_settings, /*read_sidecar=*/true);
+}
+
 void install_workload_sources(const WorkloadSources& sources) {
   std::vector<std::string> settings;
   if (sources.model) {
     for (const auto& [key, value] : sources.model->settings) settings.push_back(key + "=" + value);
   }
-  install_workload_sources(sources.libraries, sources.model ? sources.model->path : "", settings);
+  install(sources.libraries, sources.model ? sources.model->path : "", settings, /*read_sidecar=*/false);
 }
 
 const WorkloadSources& installed_workload_sources() { return installed(); }
-
-std::vector<std::string> WorkloadSources::command_line() const {
-  std::vector<std::string> args;
-  for (const auto& lib : libraries) args.insert(args.end(), {"--workload-lib", lib});
-  if (model) {
-    args.insert(args.end(), {"--model", model->path});
-    for (const auto& [key, value] : model->settings) args.insert(args.end(), {"--model-set", key + "=" + value});
-  }
-  return args;
-}
 
 std::string WorkloadSources::to_json() const {
   nlohmann::json doc;

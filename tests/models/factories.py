@@ -59,3 +59,10 @@ def regressor():
 
 def not_a_module():
     return 42
+
+
+def resnet50_groupnorm(num_classes=1000):
+    """ResNet-50 with GroupNorm (32 groups, as Wu and He's ResNet-50-GN): the proof that every
+    strategy matches `single` on ResNet-50's architecture (benchmarks/own_model.sh)."""
+    import torchvision
+    return torchvision.models.resnet50(num_classes=num_classes, norm_layer=lambda channels: nn.GroupNorm(32, channels))

@@ -41,6 +41,11 @@ def test_a_scripted_model_and_its_sidecar_load_and_train(tmp_path):
     else:
         assert "flops_per_sample" not in sidecar
         assert "not counted" in r.stdout
+    # Readable as any new file is (the temporary files they were written as are owner-only).
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in (out, tmp_path / "tiny.json"):
+        assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask
     loaded = torch.jit.load(str(out))
     assert loaded(torch.randn(3, 16)).shape == (3, 4)
     if os.path.exists(DDPBENCH):
