@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -55,9 +56,18 @@ std::string shape_text(c10::IntArrayRef sizes) {
 class ScriptedModel final : public WorkloadModel {
  public:
   explicit ScriptedModel(torch::jit::Module module) : module_(std::move(module)) {
+    std::map<std::string, std::string> originals;  // flat name -> the module's name, to name a clash
+    const auto unique = [&](const std::string& name) {
+      const auto [it, fresh] = originals.emplace(flat(name), name);
+      if (!fresh) {
+        throw UsageError("--model: the model's tensors '" + it->second + "' and '" + name + "' would both be named '" +
+                         it->first + "' (ddpbench writes '.' as '_'): rename one");
+      }
+      return it->first;
+    };
     // ddpbench trains every parameter: one frozen in the file would leave DDP's buckets waiting.
-    for (const auto& p : module_.named_parameters(/*recurse=*/true)) register_parameter(flat(p.name), p.value, true);
-    for (const auto& b : module_.named_buffers(/*recurse=*/true)) register_buffer(flat(b.name), b.value);
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) register_parameter(unique(p.name), p.value, true);
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) register_buffer(unique(b.name), b.value);
     module_.train(is_training());
   }
   torch::Tensor forward(const torch::Tensor& input) override {

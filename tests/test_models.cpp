@@ -288,6 +288,8 @@ TEST(ScriptedModel, BadModelsAndSpecsExitTwoWithOneLineBeforeAnythingIsWritten) 
       {{"--model", tiny, "--workload", "tiny,nope"}, "--workload: unknown name 'nope'"},
       {{"--workload-lib", dir.file("missing.so")}, "--workload-lib: cannot load " + dir.file("missing.so")},
       {{"--workload-lib", tiny}, "--workload-lib: cannot load " + tiny},
+      {{"--model", exported_model("clash", "clashing_names", {"--input", "float:4", "--classes", "2"})},
+       "tensors 'a.b_c' and 'a_b.c' would both be named 'a_b_c'"},
   };
   // The run never writes over what it reads: the results file named as the model's sidecar (or the
   // model itself) is refused, and the sidecar is left as it was.

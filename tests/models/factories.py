@@ -66,3 +66,25 @@ def resnet50_groupnorm(num_classes=1000):
     strategy matches `single` on ResNet-50's architecture (benchmarks/own_model.sh)."""
     import torchvision
     return torchvision.models.resnet50(num_classes=num_classes, norm_layer=lambda channels: nn.GroupNorm(32, channels))
+
+
+class _Holder(nn.Module):
+    def __init__(self, name):
+        super().__init__()
+        self.register_parameter(name, nn.Parameter(torch.ones(2)))
+
+
+class ClashingNames(nn.Module):
+    """Parameters 'a.b_c' and 'a_b.c': one name once '.' is written as '_'."""
+    def __init__(self):
+        super().__init__()
+        self.a = _Holder("b_c")
+        self.a_b = _Holder("c")
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x) + self.a.b_c.sum() + self.a_b.c.sum()
+
+
+def clashing_names():
+    return ClashingNames()
