@@ -344,6 +344,11 @@ int run(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv, argv + argc);
   ddpbench::compat::silence_library_logging();  // ddpbench says each error in one line of its own
+  // A write to a dead peer's socket (Gloo's writev when a rank was killed) or to a dead worker's
+  // pipe must fail with EPIPE, which the caller turns into a case failure naming the peer, not end
+  // this process silently with SIGPIPE (Python, where PyTorch usually runs, ignores it at start-up
+  // for the same reason). Children get SIGPIPE back at its default (child_process.h).
+  std::signal(SIGPIPE, SIG_IGN);
   // A Hogwild worker process started by a run of this executable: it takes no command line.
   if (ddpbench::is_hogwild_worker_process()) return ddpbench::hogwild_worker_main();
   try {

@@ -98,8 +98,9 @@ TEST_P(HogwildStrategyTest, EveryWorkersUpdateReachesTheSharedParameters) {
   const auto change = difference(strategy->trained_parameters(), before.tensors);
 
   // Each worker applies -lr * its own gradient (momentum's first step is the gradient itself). A
-  // worker may read the other's update before it computes: that moves its gradient by a second-order
-  // amount, well inside the 5% below. A lost update would miss a whole shard's gradient.
+  // worker may read the other's update, whole or in part, before it computes: that moves its
+  // gradient by an lr-sized amount (up to 5.4% of the change seen in a CI run of processes mode under
+  // load), inside the 10% below. A lost update would miss a whole shard's gradient: about half.
   const double lr = 0.01;
   const auto g0 = gradient_at(before.tensors, data_, 0, kBatch / 2);
   const auto g1 = gradient_at(before.tensors, data_, kBatch / 2, kBatch / 2);
@@ -109,7 +110,7 @@ TEST_P(HogwildStrategyTest, EveryWorkersUpdateReachesTheSharedParameters) {
     only0.push_back(-lr * g0[i]);
     only1.push_back(-lr * g1[i]);
   }
-  EXPECT_LT(norm(difference(change, both)), 0.05 * norm(both));
+  EXPECT_LT(norm(difference(change, both)), 0.10 * norm(both));
   EXPECT_GT(norm(difference(change, only0)), 0.5 * norm(only1)) << "worker 1's update is missing";
   EXPECT_GT(norm(difference(change, only1)), 0.5 * norm(only0)) << "worker 0's update is missing";
   // The workers took their gradients with autograd::grad: nothing landed in the shared .grad.
