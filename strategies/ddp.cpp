@@ -45,11 +45,13 @@ struct AllReduceSum : torch::autograd::Function<AllReduceSum> {
 // tensor) is all-reduced into a vector of all of them, so every rank names the same culprit.
 void check_same_initial_state(const std::vector<torch::Tensor>& state, ProcessGroupContext& group) {
   torch::NoGradGuard no_grad;
-  double fingerprint = 0;
+  // Summed where the tensors are, read once: an item() per tensor would be a device sync each on CUDA.
+  const auto options = torch::TensorOptions().dtype(torch::kDouble).device(state.at(0).device());
+  auto fingerprint = torch::zeros({}, options);
   for (size_t i = 0; i < state.size(); ++i) {
-    fingerprint += static_cast<double>(i + 1) * state[i].to(torch::kDouble).sum().item<double>();
+    fingerprint += static_cast<double>(i + 1) * state[i].to(torch::kDouble).sum();
   }
-  auto all = torch::zeros({group.size()}, torch::TensorOptions().dtype(torch::kDouble).device(state.at(0).device()));
+  auto all = torch::zeros({group.size()}, options);
   all[group.rank()] = fingerprint;
   group.allreduce(all, "check of every rank's initial weights");
   const auto fingerprints = all.cpu();
