@@ -167,11 +167,16 @@ json async_json(const AsyncSummary& a) {
 json comm_json(const std::optional<CommSummary>& comm) {
   if (!comm) return nullptr;
   const auto busbw = bus_bandwidth(*comm);
+  json timeline = json::array();
+  for (const auto& b : comm->bucket_timeline) {
+    timeline.push_back({{"bytes", b.bytes}, {"ready_ms", b.ready_seconds * 1e3}, {"allreduce_ms", b.allreduce_seconds * 1e3}});
+  }
   return {{"backend", comm->backend},
           {"bytes_per_step", comm->bytes_per_step},
           {"buckets", comm->buckets},
           {"allreduce_ms", comm->allreduce_seconds_per_step * 1e3},
-          {"busbw_gbps", busbw ? json(*busbw / 1e9) : json(nullptr)}};
+          {"busbw_gbps", busbw ? json(*busbw / 1e9) : json(nullptr)},
+          {"bucket_timeline", timeline}};
 }
 
 json ranks_json(const CaseRecord& c, const RepetitionRecord& r) {
@@ -376,6 +381,16 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
         if (auto spread = r.straggler_spread()) spreads.push_back(*spread);
       }
       comm.allreduce_seconds_per_step = a.fn(seconds);
+      for (std::size_t b = 0; b < comm.bucket_timeline.size(); ++b) {
+        std::vector<double> ready, allreduce;
+        for (const auto& r : c.repetitions) {
+          if (!r.comm || r.comm->bucket_timeline.size() <= b) continue;
+          ready.push_back(r.comm->bucket_timeline[b].ready_seconds);
+          allreduce.push_back(r.comm->bucket_timeline[b].allreduce_seconds);
+        }
+        comm.bucket_timeline[b].ready_seconds = a.fn(ready);
+        comm.bucket_timeline[b].allreduce_seconds = a.fn(allreduce);
+      }
       f["comm"] = comm_json(comm);
       // Like real_time in the stddev and cv aggregates, allreduce_ms is then a spread, not a time.
       if (std::string(a.name) == "stddev" || a.percentage) f["comm"]["busbw_gbps"] = nullptr;

@@ -97,7 +97,12 @@ std::string encode(const RepetitionRecord& r) {
   for (const auto& rank : r.ranks) ranks.push_back(rank_to_json(rank));
   json comm = nullptr;
   if (r.comm) {
-    comm = {{"backend", r.comm->backend},
+    json timeline = json::array();
+    for (const auto& b : r.comm->bucket_timeline) {
+      timeline.push_back({{"bytes", b.bytes}, {"ready_seconds", b.ready_seconds}, {"allreduce_seconds", b.allreduce_seconds}});
+    }
+    comm = {{"bucket_timeline", timeline},
+            {"backend", r.comm->backend},
             {"world_size", r.comm->world_size},
             {"bytes_per_step", r.comm->bytes_per_step},
             {"buckets", r.comm->buckets},
@@ -140,6 +145,10 @@ RepetitionRecord decode_repetition(const std::string& text) {
       s.bytes_per_step = c.at("bytes_per_step").get<std::int64_t>();
       s.buckets = c.at("buckets").get<int>();
       s.allreduce_seconds_per_step = c.at("allreduce_seconds_per_step").get<double>();
+      for (const auto& b : c.at("bucket_timeline")) {
+        s.bucket_timeline.push_back({b.at("bytes").get<std::int64_t>(), b.at("ready_seconds").get<double>(),
+                                     b.at("allreduce_seconds").get<double>()});
+      }
       r.comm = s;
     }
     return r;

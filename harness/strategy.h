@@ -63,6 +63,15 @@ struct CommSummary {
   std::int64_t bytes_per_step = 0;          // all-reduced payload per rank and step
   int buckets = 0;                          // collectives per step
   double allreduce_seconds_per_step = 0;    // time some all-reduce was in flight, per step
+  // Each bucket in launch order, what a projection to other world sizes and networks replays
+  // (scripts/ddpbench-project): its payload, when its last gradient was ready (from the start of
+  // backward) and how long its all-reduce took from launch to completion, per step.
+  struct Bucket {
+    std::int64_t bytes = 0;
+    double ready_seconds = 0;
+    double allreduce_seconds = 0;
+  };
+  std::vector<Bucket> bucket_timeline;
 };
 
 // What an asynchronous strategy's workers did since the last reset: how stale their updates were.

@@ -372,10 +372,32 @@ def render_micro_tables(micro_docs):
     return "\n".join(parts)
 
 
+def render_projection_tables(projections):
+    e = html.escape
+    parts = []
+    for source, doc, items in projections:
+        rows = []
+        for p in items:
+            if p.status != "projected":
+                rows.append([f"{p.workload}/{p.strategy}", p.world, p.nodes, "refused", "", "", ""])
+                continue
+            rows.append([f"{p.workload}/{p.strategy}", p.world, p.nodes, f"{p.step_ms:.3f}",
+                         f"{p.samples_per_second:.4g}",
+                         "-" if p.scaling_efficiency is None else f"{p.scaling_efficiency * 100:.1f}%",
+                         "-" if p.exposed_comm_ms is None else f"{p.exposed_comm_ms:.3f}"])
+        parts.append(f"<h2>Projection: {e(source)} (predicted, not measured)</h2>" +
+                     _table(["case", "world", "nodes", "step ms", "samples/s", "efficiency", "exposed comm ms"], rows) +
+                     "<ul>" + "".join(f"<li>{e(t)}</li>" for t in doc["assumptions_text"]) + "</ul>")
+    return "\n".join(parts)
+
+
 def write_report(paths, out_dir):
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise results.ResultsError(f"-o {out_dir}: is a file, not a directory")
-    loaded = [(os.path.basename(p), results.load(p)) for p in paths]
+    from projection import cli as projection_cli  # the report draws what ddpbench-project wrote
+    projections = [(os.path.basename(p),) + projection_cli.load_projection_file(p) for p in paths
+                   if projection_cli.is_projection_file(p)]
+    loaded = [(os.path.basename(p), results.load(p)) for p in paths if not projection_cli.is_projection_file(p)]
     docs = [(s, d) for s, d in loaded if not results.is_micro(d)]
     micro_docs = [(s, d) for s, d in loaded if results.is_micro(d)]
     os.makedirs(out_dir, exist_ok=True)
@@ -388,7 +410,13 @@ def write_report(paths, out_dir):
     micro_chart = chart_micro(micro_docs, out_dir)
     if micro_chart:
         charts.append(("Micro-benchmarks", micro_chart))
+    for i, (source, _, items) in enumerate(projections):
+        path = os.path.join(out_dir, f"projection{i if i else ''}.png")
+        projection_cli.chart(items, path)
+        charts.append((f"Projected scaling efficiency: {source}", path))
     page = render_html(docs, cases, charts)
+    if projections:
+        page = page.replace("</body></html>", render_projection_tables(projections) + "\n</body></html>")
     if micro_docs:
         page = page.replace("</body></html>", render_micro_tables(micro_docs) + "\n</body></html>")
     index = os.path.join(out_dir, "index.html")
@@ -402,7 +430,7 @@ def write_report(paths, out_dir):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="ddpbench-report", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", nargs="+", help="ddpbench results JSON files")
+    p.add_argument("results", nargs="+", help="ddpbench results JSON files, ddpbench-micro files and ddpbench-project --json files")
     p.add_argument("-o", "--output", required=True, help="directory for the PNGs and index.html")
     args = p.parse_args(argv)
     try:

@@ -82,11 +82,20 @@ _SCHEMA = {
     "benchmarks/[*]/ddpbench/compute": (_DICT,), "benchmarks/[*]/ddpbench/compute/achieved_tflops": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/compute/fraction_of_peak": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/compute/peak_tflops": (_NUM, _NULL),
+    "benchmarks/[*]/ddpbench/global_batch": (_NUM,), "benchmarks/[*]/ddpbench/workload_facts": (_DICT,),
+    "benchmarks/[*]/ddpbench/workload_facts/gradient_bytes": (_NUM, _NULL),
+    "benchmarks/[*]/ddpbench/comm": (_DICT, _NULL), "benchmarks/[*]/ddpbench/comm/bytes_per_step": (_NUM,),
+    "benchmarks/[*]/ddpbench/comm/bucket_timeline": (_LIST,),
+    "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]": (_DICT,),
+    "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]/bytes": (_NUM,),
+    "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]/ready_ms": (_NUM,),
+    "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]/allreduce_ms": (_NUM,),
 }
 # Fields that are times, sizes or rates: never negative. (Real times of measured entries must be
 # above zero as well; the readers of samples check that.)
 _NON_NEGATIVE = re.compile(r"^benchmarks/\[\*\]/(real_time|cpu_time|items_per_second|bytes|busbw|bytes_per_second"
-                           r"|ddpbench/(step_times_ms/\[\*\]|world_size))$")
+                           r"|ddpbench/(step_times_ms/\[\*\]|world_size|global_batch|workload_facts/gradient_bytes"
+                           r"|comm/bytes_per_step|comm/bucket_timeline/\[\*\]/(bytes|ready_ms|allreduce_ms)))$")
 
 
 def _check_tree(value, path, where):

@@ -184,6 +184,10 @@ class DdpStrategy final : public Strategy {
     c.buckets = bucketer_->bucket_count();
     c.allreduce_seconds_per_step = s.busy_seconds / static_cast<double>(s.steps);
     c.world_size = group_->size();
+    const auto steps = static_cast<double>(s.steps);
+    for (std::size_t b = 0; b < s.ready_seconds.size(); ++b) {
+      c.bucket_timeline.push_back({bucketer_->bucket_bytes(b), s.ready_seconds[b] / steps, s.allreduce_seconds[b] / steps});
+    }
     return c;
   }
   void do_reset_measured_stats() override { bucketer_->reset_stats(); }

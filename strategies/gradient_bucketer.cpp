@@ -107,9 +107,16 @@ GradientBucketer::~GradientBucketer() {
 
 std::int64_t GradientBucketer::bytes_per_step() const {
   std::int64_t bytes = 0;
-  for (const auto& b : buckets_) bytes += b->flat.numel() * static_cast<std::int64_t>(b->flat.element_size());
+  for (std::size_t b = 0; b < buckets_.size(); ++b) bytes += bucket_bytes(b);
   return bytes;
 }
+
+std::int64_t GradientBucketer::bucket_bytes(std::size_t bucket) const {
+  const auto& flat = buckets_.at(bucket)->flat;
+  return flat.numel() * static_cast<std::int64_t>(flat.element_size());
+}
+
+void GradientBucketer::mark_ready(Bucket& bucket) { bucket.ready = std::chrono::steady_clock::now(); }
 
 std::vector<std::vector<std::size_t>> GradientBucketer::bucket_layout() const {
   std::vector<std::vector<std::size_t>> layout;
@@ -130,6 +137,7 @@ void GradientBucketer::prepare_step(double grad_scale, const torch::Tensor& loss
   ready_.assign(parameters_.size(), 0);
   buckets_[0]->flat.narrow(0, loss_offset_, 1).copy_(loss.detach().reshape({1}));
   armed_ = true;
+  backward_started_ = std::chrono::steady_clock::now();
 }
 
 void GradientBucketer::on_gradient_ready(std::size_t param) {
@@ -145,7 +153,8 @@ void GradientBucketer::on_gradient_ready(std::size_t param) {
   } else {
     at::mul_out(view, grad, scale_);  // copy and average in one pass
   }
-  if (--bucket.pending == 0 && options_.overlap) {
+  if (--bucket.pending == 0) mark_ready(bucket);
+  if (bucket.pending == 0 && options_.overlap) {
     const std::size_t before = next_launch_;
     launch_ready_buckets();
     stats_.launched_during_backward += static_cast<std::int64_t>(next_launch_ - before);
@@ -182,7 +191,7 @@ void GradientBucketer::wait_all() {
       if (ready_[k]) continue;
       auto& bucket = *buckets_[bucket_of_[k]];
       bucket.views[slot_of_[k]].zero_();
-      --bucket.pending;
+      if (--bucket.pending == 0) mark_ready(bucket);
     }
     launch_ready_buckets();
     armed_ = false;
@@ -196,11 +205,16 @@ void GradientBucketer::wait_all() {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
   double busy = 0;
   std::int64_t busy_end_ns = 0;
-  for (auto& bucket : buckets_) {
+  stats_.ready_seconds.resize(buckets_.size(), 0.0);
+  stats_.allreduce_seconds.resize(buckets_.size(), 0.0);
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    auto& bucket = buckets_[b];
     while (bucket->completed_ns.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
     const std::int64_t start =
         std::chrono::duration_cast<std::chrono::nanoseconds>(bucket->launched.time_since_epoch()).count();
     const std::int64_t end = std::max(bucket->completed_ns.load(), start);
+    stats_.ready_seconds[b] += std::chrono::duration<double>(bucket->ready - backward_started_).count();
+    stats_.allreduce_seconds[b] += static_cast<double>(end - start) * 1e-9;
     const std::int64_t from = std::max(start, busy_end_ns);  // union of the intervals
     if (end > from) busy += static_cast<double>(end - from) * 1e-9;
     busy_end_ns = std::max(busy_end_ns, end);

@@ -35,6 +35,10 @@ struct CommStats {
   std::int64_t collectives = 0;
   double busy_seconds = 0;        // union of the all-reduces' launch-to-completion intervals
   std::int64_t launched_during_backward = 0;  // buckets launched from a gradient hook (overlap)
+  // Per bucket in launch order, summed over the steps: when its last gradient was ready, from
+  // prepare_step (the start of backward), and its all-reduce's launch-to-completion time.
+  std::vector<double> ready_seconds;
+  std::vector<double> allreduce_seconds;
 };
 
 class GradientBucketer {
@@ -61,6 +65,7 @@ class GradientBucketer {
   std::int64_t bytes_per_step() const;
   // Parameter indices (registration order) of each bucket, in launch order.
   std::vector<std::vector<std::size_t>> bucket_layout() const;
+  std::int64_t bucket_bytes(std::size_t bucket) const;
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
 
@@ -71,6 +76,7 @@ class GradientBucketer {
     std::vector<torch::Tensor> views;   // views of `flat`, one per parameter, shaped like it
     std::int64_t pending = 0;           // gradients still to arrive this step
     c10::intrusive_ptr<c10d::Work> work;
+    std::chrono::steady_clock::time_point ready;     // its last gradient arrived
     std::chrono::steady_clock::time_point launched;
     std::atomic<std::int64_t> completed_ns{0};  // set by the work's completion callback
     PhaseRecorder::AsyncRange range;            // ended by the completion callback
@@ -80,6 +86,7 @@ class GradientBucketer {
   void on_gradient_ready(std::size_t param);
   void launch_ready_buckets();  // in index order, as every rank must
   void launch(Bucket& bucket);
+  void mark_ready(Bucket& bucket);  // its pending count reached zero
 
   std::vector<torch::Tensor> parameters_;
   ProcessGroupContext& group_;
@@ -93,6 +100,7 @@ class GradientBucketer {
   std::vector<char> ready_;  // which parameters' gradients arrived this step
   torch::Tensor scale_;
   bool armed_ = false;
+  std::chrono::steady_clock::time_point backward_started_;  // prepare_step's time
   PhaseRecorder* phases_ = nullptr;  // of the step in progress
   std::int64_t loss_offset_ = 0;
   CommStats stats_;

@@ -355,6 +355,19 @@ TEST(Cli, JsonHoldsTheContractsValues) {
         EXPECT_GT(d["ranks"][1]["step_time_ms"].get<double>(), 0);
         EXPECT_GE(d["straggler_spread"].get<double>(), 1.0);
         EXPECT_GT(d["comm"]["busbw_gbps"].get<double>(), 0);
+        // The bucket timeline a projection replays: every bucket, its bytes adding up to the
+        // step's, ready within backward (plus the wait after it) and all-reduced in measurable time.
+        const auto& timeline = d["comm"]["bucket_timeline"];
+        ASSERT_EQ(timeline.size(), d["comm"]["buckets"].get<std::size_t>());
+        std::int64_t bytes = 0;
+        const double backward_ms = d["phases_ms"]["backward"].get<double>() + d["phases_ms"]["comm_exposed"].get<double>();
+        for (const auto& bucket : timeline) {
+          bytes += bucket["bytes"].get<std::int64_t>();
+          EXPECT_GT(bucket["ready_ms"].get<double>(), 0);
+          EXPECT_LE(bucket["ready_ms"].get<double>(), backward_ms * 1.5) << bucket;
+          EXPECT_GT(bucket["allreduce_ms"].get<double>(), 0);
+        }
+        EXPECT_EQ(bytes, d["comm"]["bytes_per_step"].get<std::int64_t>());
       }
       continue;
     }

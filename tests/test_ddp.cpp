@@ -119,6 +119,28 @@ TEST(GradientBucketer, AveragesTheShardsIntoTheWholeBatchsGradient) {
   expect_whole_batch_gradient(results);
 }
 
+TEST(GradientBucketer, RecordsWhenEachBucketWasReadyAndHowLongItsAllReduceTook) {
+  BucketOptions options;
+  options.cap_mb = 0.01;
+  options.first_cap_mb = 0.001;
+  for (const bool overlap : {true, false}) {
+    options.overlap = overlap;
+    const auto results = reduce_on_two_ranks(options);
+    const auto& s = results[0].stats;
+    ASSERT_EQ(s.ready_seconds.size(), static_cast<std::size_t>(results[0].buckets));
+    ASSERT_EQ(s.allreduce_seconds.size(), s.ready_seconds.size());
+    for (std::size_t b = 0; b < s.ready_seconds.size(); ++b) {
+      EXPECT_GT(s.ready_seconds[b], 0) << "bucket " << b;
+      EXPECT_GT(s.allreduce_seconds[b], 0) << "bucket " << b;
+      // A chain backpropagates the last layer first: launch order is the order gradients arrive,
+      // with or without overlap (ready is when the gradients arrived, not when the launch came).
+      if (b > 0) {
+        EXPECT_GE(s.ready_seconds[b], s.ready_seconds[b - 1]) << "bucket " << b << ", overlap " << overlap;
+      }
+    }
+  }
+}
+
 TEST(GradientBucketer, GradientsAsBucketViewsGiveTheSameGradient) {
   BucketOptions options;
   options.cap_mb = 0.01;

@@ -1,0 +1,275 @@
+#!/usr/bin/python3
+"""ddpbench-project checked against measurement on this machine: predicted against measured step time.
+
+What is predicted, and from what:
+- world N = 2, 3, 4 of ddp and dp on CPU virtual devices (one host, Gloo over loopback);
+- two "nodes" in network namespaces joined by a veth pair whose both ends are shaped with tc's
+  token bucket (tbf) to a bandwidth of our choosing, one ddp rank in each (world 2, torchrun-style);
+each from world-1 runs and a micro-benchmark only:
+- the network: alpha and bandwidth fitted to ddpbench-micro's Gloo all-reduce times (loopback), and
+  for the namespaces the shaped rate as the link's bandwidth (what a datasheet would say);
+- compute: a world-1 run at the per-rank batch (global batch / N), projected with weak scaling to
+  world N. This VM has 2 cores and a rank uses one (--threads 1): at world 3 and 4 the ranks
+  outnumber the cores, and the network description says so (compute_slots_per_node: the cores;
+  Gloo over loopback is copied by those same cores, transport_on_compute_cores), so compute and
+  communication are slowed in proportion. A GPU node has no such sharing; this is the part of the
+  model that only a CPU host exercises.
+
+    /usr/bin/python3 benchmarks/projection_validation.py OUT_DIR [--workloads mlp,transformer]
+        [--worlds 2,3,4] [--netns-mbit 1000,400] [--steps 30] [--repetitions 3] [--rounds 3]
+
+Writes OUT_DIR/validation.json and OUT_DIR/validation.md (every case, and the median absolute error),
+and keeps every results file it read. The namespaces need root and tc's tbf; without them that part is
+skipped and the table says so.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from projection import model, network  # noqa: E402
+from reports import results, stats  # noqa: E402
+
+
+def run(cmd, **kw):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    if r.returncode != 0:
+        raise SystemExit(f"projection_validation: {' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()[-2000:]}")
+    return r
+
+
+def median_case(path, strategy):
+    doc = results.load(path)
+    for b in doc["benchmarks"]:
+        if b.get("aggregate_name") == "median" and b["ddpbench"]["strategy"] == strategy:
+            if b["ddpbench"]["status"] != "ok":
+                raise SystemExit(f"projection_validation: {path}: {strategy} is {b['ddpbench']['status']}: "
+                                 f"{b['ddpbench'].get('reason')}")
+            return doc, b
+    raise SystemExit(f"projection_validation: {path}: no {strategy} case")
+
+
+class Validation:
+    def __init__(self, args):
+        self.args = args
+        self.out = args.out
+        self.exe = os.path.join(args.build, "ddpbench")
+        self.micro = os.path.join(args.build, "benchmarks", "ddpbench-micro")
+        self.samples = {}
+        self.skipped = []
+        self.children = []  # rank processes in flight, killed if this script is stopped
+        self.cores = len(os.sched_getaffinity(0))  # --threads 1 a rank: a core is a compute slot
+
+    def common(self, workload):
+        return ["--workload", workload, "--device", "cpu", "--threads", "1", "--steps", str(self.args.steps),
+                "--repetitions", str(self.args.repetitions), "--warmup", "5", "--parity-steps", "0"]
+
+    def fit_network(self):
+        path = os.path.join(self.out, "micro.json")
+        run([self.micro, "--benchmark_filter=GlooAllreduce|ReplicateCopy", f"--benchmark_out={path}",
+             "--benchmark_out_format=json", "--benchmark_min_time=0.2"])
+        self.loopback = network.load(path)
+        with open(os.path.join(self.out, "loopback-network.json"), "w") as f:
+            json.dump(self.loopback.to_json(), f, indent=1)
+        return self.loopback
+
+    def global_batch(self, workload):
+        path = os.path.join(self.out, f"{workload}-batch-probe.json")
+        run([self.exe, "--strategy", "single", "--repetitions", "1", "--steps", "1", "--warmup", "0",
+             "--parity-steps", "0", "--workload", workload, "--device", "cpu", "--json", path])
+        _, b = median_case(path, "single")
+        return int(b["ddpbench"]["global_batch"])
+
+    def base(self, workload, n, per_rank_batch, round_):
+        """A world-1 run of ddp and dp at the per-rank batch, alone on the machine (pinned to one core,
+        as ddpbench pins itself)."""
+        path = os.path.join(self.out, f"{workload}-base-batch{per_rank_batch}-round{round_}.json")
+        run([self.exe, "--strategy", "ddp,dp", "--world-size", "1", "--batch", str(per_rank_batch), "--json", path]
+            + self.common(workload))
+        return path
+
+    def predict(self, base_path, strategy, world, net):
+        doc = results.load(base_path)
+        cases = [c for c in model.measured_cases(doc) if c.strategy == strategy]
+        projector = model.Projector(net, "weak")
+        return projector.project(cases[0], strategy, world)
+
+    def record(self, setting, workload, strategy, world, predicted, measured_path):
+        """One round's prediction and measurement of a case; write() takes the medians over rounds."""
+        _, b = median_case(measured_path, strategy)
+        key = (setting, workload, strategy, world)
+        sample = self.samples.setdefault(key, {"predicted_ms": [], "measured_ms": [], "predicted_exposed_comm_ms": [],
+                                               "measured_exposed_comm_ms": [], "files": []})
+        sample["predicted_ms"].append(predicted.step_ms)
+        sample["measured_ms"].append(b["real_time"])
+        if predicted.exposed_comm_ms is not None:
+            sample["predicted_exposed_comm_ms"].append(predicted.exposed_comm_ms)
+        if "comm_exposed" in b["ddpbench"]["phases_ms"]:
+            sample["measured_exposed_comm_ms"].append(b["ddpbench"]["phases_ms"]["comm_exposed"])
+        sample["files"].append(os.path.basename(measured_path))
+        print(f"{setting:<28} {workload}/{strategy} world {world}: predicted {predicted.step_ms:8.2f} ms, "
+              f"measured {b['real_time']:8.2f} ms, error {predicted.step_ms / b['real_time'] * 100 - 100:+6.1f}%",
+              flush=True)
+
+    def loopback_cases(self, workload, batch, round_):
+        for n in self.args.worlds:
+            per_rank = math.ceil(batch / n)
+            base = self.base(workload, n, per_rank, round_)
+            measured = os.path.join(self.out, f"{workload}-measured-n{n}-round{round_}.json")
+            run([self.exe, "--strategy", "ddp,dp", "--world-size", str(n), "--batch", str(batch), "--json", measured]
+                + self.common(workload))
+            net = replace(self.loopback, devices_per_node=max(self.args.worlds), compute_slots_per_node=self.cores)
+            for strategy in ("ddp", "dp"):
+                self.record("one host, loopback", workload, strategy, n, self.predict(base, strategy, n, net),
+                            measured)
+            if n == 2:
+                self.base_for_two = base
+
+    # ---- two namespaces, a shaped veth ------------------------------------------------------
+    def netns_available(self):
+        if os.geteuid() != 0:
+            return "needs root to make network namespaces"
+        if not shutil.which("ip") or not shutil.which("tc"):
+            return "needs ip(8) and tc(8) (iproute2)"
+        return None
+
+    def netns_cases(self, workload, batch, round_):
+        why = self.netns_available()
+        if why:
+            if not self.skipped:
+                self.skipped.append(f"two namespaces: skipped, {why}")
+            return
+        tag = str(os.getpid() % 100000)
+        ns = [f"ddpbp-a{tag}", f"ddpbp-b{tag}"]
+        ifs = [f"dpa{tag}", f"dpb{tag}"]
+        addrs = ["10.231.9.1", "10.231.9.2"]
+        try:
+            for name in ns:
+                run(["ip", "netns", "add", name])
+            run(["ip", "link", "add", ifs[0], "netns", ns[0], "type", "veth", "peer", "name", ifs[1], "netns", ns[1]])
+            for i in range(2):
+                run(["ip", "-n", ns[i], "addr", "add", f"{addrs[i]}/24", "dev", ifs[i]])
+                run(["ip", "-n", ns[i], "link", "set", "lo", "up"])
+                run(["ip", "-n", ns[i], "link", "set", ifs[i], "up"])
+            for mbit in self.args.netns_mbit:
+                for i in range(2):
+                    run(["tc", "-n", ns[i], "qdisc", "replace", "dev", ifs[i], "root", "tbf", "rate", f"{mbit}mbit",
+                         "burst", "256kb", "latency", "100ms"])
+                measured = os.path.join(self.out, f"{workload}-measured-netns-{mbit}mbit-round{round_}.json")
+                procs = self.children
+                for rank in range(2):
+                    env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                               MASTER_ADDR=addrs[0], MASTER_PORT="29533", GLOO_SOCKET_IFNAME=ifs[rank])
+                    out = ["--json", measured] if rank == 0 else ["--no-json"]
+                    # Two nodes have a core each: a rank alone in its namespace would pin itself to
+                    # the first core, the other node's as well.
+                    pin = ["taskset", "-c", str(sorted(os.sched_getaffinity(0))[rank % self.cores])]
+                    procs.append(subprocess.Popen(["ip", "netns", "exec", ns[rank]] + pin + [self.exe, "--strategy", "ddp",
+                                                   "--batch", str(batch)] + out + self.common(workload),
+                                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+                for p in list(procs):
+                    _, err = p.communicate()
+                    procs.remove(p)
+                    if p.returncode != 0:
+                        raise SystemExit(f"projection_validation: a namespace rank exited {p.returncode}: "
+                                         f"{err.strip()[-2000:]}")
+                link = network.Link(mbit * 1e6 / 8, self.loopback.intra.alpha,
+                                    f"tc tbf at {mbit} Mbit/s on both ends of the veth; alpha from the loopback fit")
+                net = network.Network(name=f"veth-{mbit}mbit", devices_per_node=1, intra=link, inter=link,
+                                      nics_per_node=1, sources=[link.source])
+                self.record(f"two namespaces, {mbit} Mbit/s", workload, "ddp", 2,
+                            self.predict(self.base_for_two, "ddp", 2, net), measured)
+        finally:
+            for name in ns:
+                subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
+
+    def write(self):
+        rows = []
+        for (setting, workload, strategy, world), x in self.samples.items():
+            predicted, measured = stats.median(x["predicted_ms"]), stats.median(x["measured_ms"])
+            rows.append({"setting": setting, "workload": workload, "strategy": strategy, "world": world,
+                         "rounds": len(x["measured_ms"]), "predicted_ms": predicted, "measured_ms": measured,
+                         "error": predicted / measured - 1,
+                         "round_errors": [p / m - 1 for p, m in zip(x["predicted_ms"], x["measured_ms"])],
+                         "measured_ms_each_round": x["measured_ms"], "predicted_ms_each_round": x["predicted_ms"],
+                         "predicted_exposed_comm_ms": stats.median(x["predicted_exposed_comm_ms"])
+                         if x["predicted_exposed_comm_ms"] else None,
+                         "measured_exposed_comm_ms": stats.median(x["measured_exposed_comm_ms"])
+                         if x["measured_exposed_comm_ms"] else None,
+                         "measured_files": x["files"]})
+        errors = [abs(r["error"]) for r in rows]
+        summary = {"cases": len(rows), "median_abs_error": stats.median(errors) if errors else None,
+                   "max_abs_error": max(errors) if errors else None}
+        doc = {"machine": {"cpus": os.cpu_count(), "uname": " ".join(os.uname())}, "settings": vars(self.args),
+               "network_fit": self.loopback.to_json(), "rows": rows, "skipped": self.skipped, "summary": summary,
+               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        with open(os.path.join(self.out, "validation.json"), "w") as f:
+            json.dump(doc, f, indent=1)
+        lines = ["| setting | case | world | predicted ms | measured ms | error | error by round | "
+                 "exposed comm predicted / measured ms |", "|---|---|---:|---:|---:|---:|---|---:|"]
+        for r in rows:
+            exposed = "-"
+            if r["predicted_exposed_comm_ms"] is not None and r["measured_exposed_comm_ms"] is not None:
+                exposed = f"{r['predicted_exposed_comm_ms']:.1f} / {r['measured_exposed_comm_ms']:.1f}"
+            by_round = ", ".join(f"{e * 100:+.0f}%" for e in r["round_errors"])
+            lines.append(f"| {r['setting']} | {r['workload']}/{r['strategy']} | {r['world']} | {r['predicted_ms']:.1f} | "
+                         f"{r['measured_ms']:.1f} | {r['error'] * 100:+.1f}% | {by_round} | {exposed} |")
+        lines.append("")
+        if errors:
+            lines.append(f"Median absolute error over {len(errors)} cases: {summary['median_abs_error'] * 100:.1f}% "
+                         f"(largest {summary['max_abs_error'] * 100:.1f}%); each case's figures are the medians "
+                         f"over {self.args.rounds} round(s), a round being a base run and the measured run back to back.")
+        lines += self.skipped
+        with open(os.path.join(self.out, "validation.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        print("\n".join(lines))
+
+    def stop_children(self):
+        for p in self.children:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out")
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--workloads", default="mlp")
+    p.add_argument("--worlds", default="2,3,4")
+    p.add_argument("--netns-mbit", default="1000,400")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--repetitions", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds of (base, measured) runs; each case's figures are medians over them (default 3)")
+    args = p.parse_args()
+    args.worlds = [int(x) for x in args.worlds.split(",")]
+    args.netns_mbit = [int(x) for x in args.netns_mbit.split(",") if x]
+    os.makedirs(args.out, exist_ok=True)
+    v = Validation(args)
+    # A stopped script still deletes its namespaces (the finally blocks) and kills its ranks.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        v.fit_network()
+        workloads = args.workloads.split(",")
+        batches = {w: v.global_batch(w) for w in workloads}
+        for round_ in range(args.rounds):
+            for workload in workloads:
+                v.loopback_cases(workload, batches[workload], round_)
+                if args.netns_mbit and 2 in args.worlds:
+                    v.netns_cases(workload, batches[workload], round_)
+    finally:
+        v.stop_children()
+    v.write()
+
+
+if __name__ == "__main__":
+    main()

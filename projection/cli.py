@@ -1,0 +1,226 @@
+"""Project what ddpbench measured onto world sizes and networks it did not run on.
+
+    ddpbench-project RESULTS.json [--world 8,64,512] [--gpus-per-node 8]
+                     [--network nvlink4+ndr400 | --network FILE] [--scaling weak|strong]
+                     [--json OUT.json] [--chart OUT.png]
+
+For every measured workload: the predicted step time, throughput and scaling efficiency of ddp
+(the measured bucket timeline replayed against the network's all-reduce cost), dp (one node) and
+hogwild (one node), with every assumption printed next to the numbers. FILE is a network
+description, ddpbench-micro's JSON or nccl-tests' all_reduce_perf output (alpha and bandwidth
+fitted). docs/projection.md has the model and where it is known to be wrong.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+from projection import model, network
+from reports import results
+
+EXIT_BAD_INPUT = 2
+SCHEMA_VERSION = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, as for every other bad input
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message}\n")
+
+
+def _worlds(text):
+    try:
+        worlds = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of whole numbers like 8,64,512")
+    if not worlds or any(w < 1 or w > 1 << 20 for w in worlds):
+        raise argparse.ArgumentTypeError(f"{text!r}: world sizes are from 1 to {1 << 20}")
+    return worlds
+
+
+def _positive(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is below 1")
+    return v
+
+
+def _fmt(v, spec, width):
+    return format("-" if v is None else format(v, spec), f">{width}")
+
+
+def format_table(projections, net, scaling, source):
+    lines = [f"{'case':<28} {'world':>6} {'nodes':>5} {'step ms':>10} {'samples/s':>12} {'efficiency':>10} "
+             f"{'comm ms':>9} {'exposed':>9}  algorithm"]
+    lines.append("-" * len(lines[0]))
+    for p in projections:
+        name = f"{p.workload}/{p.strategy}"
+        if p.status != "projected":
+            lines.append(f"{name:<28} {p.world:>6} {p.nodes:>5}  refused: {p.reason}")
+            continue
+        eff = None if p.scaling_efficiency is None else p.scaling_efficiency * 100
+        lines.append(f"{name:<28} {p.world:>6} {p.nodes:>5} {p.step_ms:>10.3f} {p.samples_per_second:>12.4g} "
+                     f"{_fmt(eff, '.1f', 9)}% {_fmt(p.comm_ms, '.3f', 9)} {_fmt(p.exposed_comm_ms, '.3f', 9)}  "
+                     f"{','.join(p.algorithms) or '-'}")
+    lines.append("")
+    lines.append("assumptions:")
+    lines.append(f"  measured: {source}; projected from: "
+                 + ", ".join(sorted({p.from_case for p in projections})))
+    lines.append("  scaling: " + ("weak: each rank keeps the measured per-rank batch, the global batch grows"
+                                  if scaling == "weak" else
+                                  "strong: the measured global batch is split over the ranks; compute is taken "
+                                  "as linear in the batch (small per-device batches on GPUs run slower than that)"))
+    lines += ["  " + x for x in net.describe()]
+    lines.append("  every rank as fast as the measured one; no straggler, congestion or compute slowed by "
+                 "communication (docs/projection.md)")
+    for note in sorted({a for p in projections for a in p.assumptions}):
+        lines.append("  " + note)
+    return "\n".join(lines)
+
+
+def chart(projections, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    series = {}
+    for p in projections:
+        if p.status == "projected" and p.scaling_efficiency is not None:
+            series.setdefault(f"{p.workload}/{p.strategy}", []).append((p.world, p.scaling_efficiency * 100))
+    for label, points in series.items():
+        points.sort()
+        ax.plot([w for w, _ in points], [e for _, e in points], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("world size (ranks)")
+    ax.set_ylabel("scaling efficiency, % (projected)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    if series:
+        ax.legend(fontsize=8)
+    ax.set_title("Projected scaling efficiency")
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def to_json(projections, net, scaling, source, worlds):
+    return {"ddpbench_projection": SCHEMA_VERSION, "source": source, "worlds": worlds, "scaling": scaling,
+            "network": net.to_json(), "network_sources": net.sources, "assumptions_text": net.describe(),
+            "projections": [p.to_json() for p in projections]}
+
+
+def is_projection_file(path):
+    """True for what `ddpbench-project --json` wrote (ddpbench-report takes those too)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return b'"ddpbench_projection"' in head
+
+
+def load_projection_file(path):
+    """(document, [model.Projection]) of a `--json` file, every field the report reads checked;
+    anything else is a results.ResultsError naming the file and the field."""
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read().decode("utf-8"), parse_constant=results._refuse_constant)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, results.ResultsError, RecursionError) as e:
+        raise results.ResultsError(f"{path}: not a readable projection file: {str(e).splitlines()[0] if str(e) else e}")
+    if not isinstance(doc, dict) or doc.get("ddpbench_projection") != SCHEMA_VERSION or not isinstance(
+            doc.get("projections"), list):
+        raise results.ResultsError(f"{path}: not a projection file of version {SCHEMA_VERSION}")
+    out = []
+    kinds = {"workload": str, "strategy": str, "status": str, "world": int, "nodes": int, "from_case": str}
+    numbers = ("step_ms", "samples_per_second", "scaling_efficiency", "comm_ms", "exposed_comm_ms")
+    for i, p in enumerate(doc["projections"]):
+        if not isinstance(p, dict):
+            raise results.ResultsError(f"{path}: projections[{i}] is not an object")
+        for key, kind in kinds.items():
+            if not isinstance(p.get(key), kind) or isinstance(p.get(key), bool):
+                raise results.ResultsError(f"{path}: projections[{i}].{key} should be {kind.__name__}")
+        for key in numbers:
+            v = p.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                                  or v < 0 or v > results.LARGEST):
+                raise results.ResultsError(f"{path}: projections[{i}].{key} is {v!r}, not a usable number")
+        out.append(model.Projection(**{k: p.get(k) for k in list(kinds) + list(numbers)},
+                                   algorithms=[str(a) for a in p.get("algorithms") or [] if isinstance(a, str)]))
+    texts = doc.get("assumptions_text")
+    doc["assumptions_text"] = [t for t in texts if isinstance(t, str)] if isinstance(texts, list) else []
+    return doc, out
+
+
+def _write_atomically(path, text):
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _check_output(flag, path, inputs):
+    if path is None:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise network.NetworkError(f"{flag} {path}: directory {directory} does not exist (mkdir -p it first)")
+    if os.path.isdir(path):
+        raise network.NetworkError(f"{flag} {path}: is a directory")
+    for i in inputs:
+        if os.path.exists(i) and os.path.exists(path) and os.path.samefile(i, path):
+            raise network.NetworkError(f"{flag} {path}: names an input file; it would be overwritten")
+
+
+def main(argv=None):
+    p = _Parser(prog="ddpbench-project", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", help="a ddpbench results JSON file")
+    p.add_argument("--world", type=_worlds, default=[8, 64, 512], help="world sizes to project (default 8,64,512)")
+    p.add_argument("--gpus-per-node", type=_positive, default=None,
+                   help="devices per node (default: the network's, 8 for the presets)")
+    p.add_argument("--network", default="nvlink4+ndr400",
+                   help="INTRA+INTER presets (default nvlink4+ndr400) or a file: a network description, "
+                        "ddpbench-micro JSON or nccl-tests output")
+    p.add_argument("--scaling", choices=("weak", "strong"), default="weak",
+                   help="weak (default): each rank keeps its measured batch; strong: the global batch is split")
+    p.add_argument("--strategy", default="ddp,dp,hogwild", help="strategies to project (default ddp,dp,hogwild)")
+    p.add_argument("--json", dest="json_out", help="write the projection as JSON here")
+    p.add_argument("--chart", help="write the scaling-efficiency chart (PNG) here")
+    args = p.parse_args(argv)
+    strategies = [s for s in args.strategy.split(",") if s]
+    unknown = [s for s in strategies if s not in model.STRATEGIES]
+    if unknown or not strategies:
+        p.error(f"--strategy: {','.join(unknown) or args.strategy!r} is not one of {', '.join(model.STRATEGIES)}")
+    try:
+        inputs = [args.results] + ([args.network] if os.path.exists(args.network) else [])
+        _check_output("--json", args.json_out, inputs)
+        _check_output("--chart", args.chart, inputs)
+        doc = results.load(args.results)
+        if results.is_micro(doc):
+            raise results.ResultsError(f"{args.results}: a ddpbench-micro file; pass it as --network, and a "
+                                       f"ddpbench run as RESULTS")
+        net = network.load(args.network, args.gpus_per_node)
+        projections = model.project_file(doc, net, args.world, args.scaling, strategies)
+    except (results.ResultsError, network.NetworkError) as e:
+        print(f"ddpbench-project: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except model.ProjectionError as e:
+        print(f"ddpbench-project: {args.results}: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(format_table(projections, net, args.scaling, args.results))
+    try:
+        if args.json_out:
+            _write_atomically(args.json_out, json.dumps(to_json(projections, net, args.scaling, args.results,
+                                                                args.world), indent=1) + "\n")
+        if args.chart:
+            chart(projections, args.chart)
+    except OSError as e:
+        print(f"ddpbench-project: cannot write: {e.strerror or e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
