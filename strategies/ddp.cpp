@@ -141,7 +141,7 @@ class DdpStrategy final : public Strategy {
     {
       auto scope = phases.scope(Phase::Forward);
       AutocastScope autocast(precision_, device_);
-      loss = workload_->loss(model_->forward(inputs), targets);
+      loss = workload_->forward_loss(*model_, inputs, targets);
     }
     // Each rank's gradient enters the buckets weighted by its share of the global batch, so the
     // sum over ranks is the gradient of the global mean loss, also when shards differ by a sample.

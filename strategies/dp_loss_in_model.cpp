@@ -25,7 +25,7 @@ class DpLossInModelStrategy final : public DataParallelStrategy {
       workers().run([&](int i) {
         const double share = static_cast<double>(inputs[i].size(0)) / total;
         AutocastScope autocast(precision(), devices().device(i));
-        losses[i] = workload().loss(replica(i).forward(inputs[i]), targets[i]) * share;
+        losses[i] = workload().forward_loss(replica(i), inputs[i], targets[i]) * share;
       });
     }
     torch::Tensor loss;

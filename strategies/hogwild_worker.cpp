@@ -58,7 +58,7 @@ HogwildUpdate HogwildWorker::step(const torch::Tensor& inputs, const torch::Tens
   {
     auto scope = phases.scope(Phase::Forward);
     AutocastScope autocast(precision_, inputs.device());
-    loss = workload_.loss(model_->forward(inputs), targets);
+    loss = workload_.forward_loss(*model_, inputs, targets);
   }
   std::vector<torch::Tensor> grads;
   {

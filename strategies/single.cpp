@@ -28,7 +28,7 @@ class SingleStrategy final : public Strategy {
     {
       auto scope = phases.scope(Phase::Forward);
       AutocastScope autocast(precision_, device_);
-      loss = workload_->loss(model_->forward(inputs), targets);
+      loss = workload_->forward_loss(*model_, inputs, targets);
     }
     {
       auto scope = phases.scope(Phase::Backward);

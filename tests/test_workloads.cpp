@@ -1,10 +1,14 @@
 #include <gtest/gtest.h>
 #include <torch/types.h>
+#include <torch/nn/functional/loss.h>
 #include <torch/utils.h>
 
 #include <map>
 
+#include "harness/counting_allocator.h"
+#include "harness/precision.h"
 #include "harness/torch_compat.h"
+#include "workloads/chunked_cross_entropy.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {
@@ -195,6 +199,118 @@ TEST(Workloads, MlpMatchesItsFixedDefinition) {
 
 TEST(Workloads, UnknownNameIsAUsageError) {
   EXPECT_THROW(WorkloadRegistry::instance().get("resnet"), std::exception);
+}
+
+}  // namespace
+}  // namespace ddpbench
+
+namespace ddpbench {
+namespace {
+
+// ---- the chunked output projection + cross-entropy (gpt2's fused loss) -----------------------
+
+struct LossAndGradients {
+  torch::Tensor loss, grad_hidden, grad_weight;
+};
+
+template <typename LossFn>
+LossAndGradients loss_and_gradients(const torch::Tensor& hidden, const torch::Tensor& weight, LossFn loss_fn) {
+  auto h = hidden.detach().clone().requires_grad_(true);
+  auto w = weight.detach().clone().requires_grad_(true);
+  auto loss = loss_fn(h, w);
+  loss.backward();
+  return {loss.detach(), h.grad(), w.grad()};
+}
+
+torch::Tensor whole_logits_loss(const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(torch::matmul(h, w.t()).to(torch::kFloat), targets);
+}
+
+TEST(ChunkedCrossEntropy, MatchesCrossEntropyOfTheWholeLogitsAndItsGradients) {
+  for (const auto dtype : {torch::kDouble, torch::kFloat}) {
+    torch::manual_seed(5);
+    const auto hidden = torch::randn({10, 6}, torch::dtype(dtype));
+    const auto weight = torch::randn({13, 6}, torch::dtype(dtype));
+    const auto targets = torch::randint(0, 13, {10}, torch::kLong);
+    const auto whole = loss_and_gradients(hidden, weight, [&](auto& h, auto& w) {
+      return torch::nn::functional::cross_entropy(torch::matmul(h, w.t()), targets);
+    });
+    const double tolerance = dtype == torch::kDouble ? 1e-12 : 1e-5;
+    for (const std::int64_t chunk : {1, 3, 7, 10, 64}) {  // single rows, uneven chunks, one chunk, more than the rows
+      const auto chunked = loss_and_gradients(hidden, weight, [&](auto& h, auto& w) {
+        return chunked_linear_cross_entropy(h, w, targets, chunk);
+      });
+      EXPECT_NEAR(chunked.loss.item<double>(), whole.loss.item<double>(), tolerance) << "chunk " << chunk;
+      EXPECT_TRUE(torch::allclose(chunked.grad_hidden, whole.grad_hidden, tolerance, tolerance)) << "chunk " << chunk;
+      EXPECT_TRUE(torch::allclose(chunked.grad_weight, whole.grad_weight, tolerance, tolerance)) << "chunk " << chunk;
+      EXPECT_EQ(chunked.grad_hidden.scalar_type(), dtype);
+      EXPECT_EQ(chunked.grad_weight.scalar_type(), dtype);
+    }
+  }
+}
+
+TEST(ChunkedCrossEntropy, UnderBf16AutocastMatchesTheWholeLogitsPathWithinBf16) {
+  torch::manual_seed(6);
+  const auto hidden = torch::randn({24, 32});
+  const auto weight = torch::randn({50, 32}) * 0.1;
+  const auto targets = torch::randint(0, 50, {24}, torch::kLong);
+  auto under_autocast = [&](auto fn) {
+    return loss_and_gradients(hidden, weight, [&](auto& h, auto& w) {
+      AutocastScope autocast(Precision::Bf16, c10::Device(c10::kCPU));
+      return fn(h, w);
+    });
+  };
+  const auto whole = under_autocast([&](auto& h, auto& w) { return whole_logits_loss(h, w, targets); });
+  const auto chunked = under_autocast([&](auto& h, auto& w) { return chunked_linear_cross_entropy(h, w, targets, 5); });
+  EXPECT_EQ(chunked.loss.scalar_type(), torch::kFloat);
+  EXPECT_NEAR(chunked.loss.item<double>(), whole.loss.item<double>(), 1e-2);
+  EXPECT_TRUE(torch::allclose(chunked.grad_hidden, whole.grad_hidden, 2e-2, 2e-3));
+  EXPECT_TRUE(torch::allclose(chunked.grad_weight, whole.grad_weight, 2e-2, 2e-3));
+}
+
+TEST(ChunkedCrossEntropy, NeverHoldsTheWholeLogits) {
+  CpuMemoryCounter::install();
+  constexpr std::int64_t rows = 512, vocabulary = 8192, width = 16;
+  constexpr std::int64_t logits_bytes = rows * vocabulary * 4;  // 16 MiB
+  torch::manual_seed(7);
+  const auto hidden = torch::randn({rows, width});
+  const auto weight = torch::randn({vocabulary, width}) * 0.1;
+  const auto targets = torch::randint(0, vocabulary, {rows}, torch::kLong);
+  auto peak_of = [&](auto fn) {
+    CpuMemoryCounter::DeviceScope scope(0);
+    CpuMemoryCounter::reset_peaks();
+    const auto before = CpuMemoryCounter::current_bytes(0);
+    loss_and_gradients(hidden, weight, fn);
+    return CpuMemoryCounter::peak_bytes(0) - before;
+  };
+  const auto whole = peak_of([&](auto& h, auto& w) { return whole_logits_loss(h, w, targets); });
+  const auto chunked = peak_of([&](auto& h, auto& w) { return chunked_linear_cross_entropy(h, w, targets, 32); });
+  EXPECT_GE(whole, logits_bytes) << "the whole-logits path holds the logits (the test's premise)";
+  EXPECT_LT(chunked, logits_bytes / 4) << "whole-logits path " << whole << " B, chunked " << chunked << " B";
+}
+
+TEST(Gpt2, FusedOutputLossGivesForwardThenLossAndItsGradients) {
+  SettingsFor short_samples({false, 4});
+  const auto& gpt2 = WorkloadRegistry::instance().get("gpt2");
+  const auto data = gpt2.make_dataset(2, 1);
+  torch::manual_seed(1);
+  auto model = gpt2.make_model();
+  auto gradients = [&](bool fused) {
+    model->zero_grad();
+    auto loss = fused ? gpt2.forward_loss(*model, data.inputs, data.targets)
+                      : gpt2.loss(model->forward(data.inputs), data.targets);
+    loss.backward();
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+    return std::make_pair(loss.item<double>(), grads);
+  };
+  const auto [plain_loss, plain] = gradients(false);
+  const auto [fused_loss, fused] = gradients(true);
+  EXPECT_NEAR(fused_loss, plain_loss, 1e-5 * plain_loss);
+  ASSERT_EQ(fused.size(), plain.size());
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(fused[i], plain[i], 1e-3, 1e-6)) << "parameter " << i;
+  }
 }
 
 }  // namespace

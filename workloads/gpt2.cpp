@@ -14,6 +14,7 @@
 
 #include "harness/torch_compat.h"
 #include "optim/optimizers.h"
+#include "workloads/chunked_cross_entropy.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {
@@ -25,6 +26,9 @@ constexpr std::int64_t kLayers = 12;
 constexpr std::int64_t kHeads = 12;
 constexpr std::int64_t kWidth = 768;
 constexpr std::int64_t kCpuSequence = 32;
+// One chunk's fp32 logits in the fused output projection and loss: 256 MiB, 1335 tokens of 50257,
+// large enough that each chunk's products keep a GPU busy, small against the whole batch's 3.3 GB.
+constexpr std::int64_t kLogitsChunkBytes = std::int64_t{256} << 20;
 
 std::int64_t sequence_length() {
   const auto& s = workload_settings();
@@ -84,11 +88,16 @@ class Gpt2Model final : public DefaultConstructedModel<Gpt2Model> {
   }
   // input: [batch, tokens] token ids; output: [batch, tokens, vocab] logits.
   torch::Tensor forward(const torch::Tensor& input) override {
+    // Tied output projection: the token embedding's own weight, so one parameter gets both gradients.
+    return torch::matmul(features(input), wte->weight.t());
+  }
+  // The last LayerNorm's output, [batch, tokens, width]: what the output projection reads.
+  torch::Tensor features(const torch::Tensor& input) {
     auto h = wte->forward(input) + wpe->forward(torch::arange(input.size(1), input.options())).unsqueeze(0);
     for (const auto& block : blocks) h = block->forward(h);
-    // Tied output projection: the token embedding's own weight, so one parameter gets both gradients.
-    return torch::matmul(ln_f->forward(h), wte->weight.t());
+    return ln_f->forward(h);
   }
+  const torch::Tensor& output_weight() const { return wte->weight; }
 
  private:
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
@@ -132,6 +141,16 @@ class Gpt2Workload final : public Workload {
     return tokens * (6.0 * n + 12.0 * kLayers * kWidth * tokens);
   }
   std::int64_t max_sequence_length() const override { return kContext; }
+  // The output projection and the loss fused, in chunks of tokens: the [tokens, 50257] fp32 logits
+  // (3.3 GB at 16 x 1024 tokens, and as much again for their gradient) are never whole; one chunk
+  // of at most kLogitsChunkBytes is. dp, which gathers outputs, still gets the logits from forward.
+  torch::Tensor forward_loss(WorkloadModel& model, const torch::Tensor& input, const torch::Tensor& target) const override {
+    auto* gpt2 = dynamic_cast<Gpt2Model*>(&model);
+    if (gpt2 == nullptr) return Workload::forward_loss(model, input, target);
+    const auto hidden = gpt2->features(input);
+    return chunked_linear_cross_entropy(hidden.reshape({-1, kWidth}), gpt2->output_weight(), target.reshape({-1}),
+                                        chunk_rows_for(kVocab, kLogitsChunkBytes));
+  }
 };
 
 }  // namespace

@@ -90,6 +90,13 @@ class Workload {
   }
   // Mean loss over the batch; the default is cross-entropy over the last dimension.
   virtual torch::Tensor loss(const torch::Tensor& output, const torch::Tensor& target) const;
+  // Forward and loss in one, for strategies that need no output but the loss (single, ddp,
+  // hogwild, dp-loss-in-model; dp gathers outputs and calls loss() itself). The default is
+  // loss(model.forward(input), target); a workload may fuse its last layer with its loss (gpt2's
+  // chunked output projection and cross-entropy), which must give the same loss and gradients.
+  virtual torch::Tensor forward_loss(WorkloadModel& model, const torch::Tensor& input, const torch::Tensor& target) const {
+    return loss(model.forward(input), target);
+  }
   virtual double flops_per_sample() const = 0;
   // True where per-replica BatchNorm statistics make data-parallel results differ from `single`.
   virtual bool has_batch_norm() const { return false; }
