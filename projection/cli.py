@@ -18,14 +18,8 @@ import sys
 
 from projection import model, network
 from reports import results
-
-EXIT_BAD_INPUT = 2
+from reports.args import EXIT_BAD_INPUT, OneLineParser
 SCHEMA_VERSION = 1
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2, as for every other bad input
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message}\n")
 
 
 def _worlds(text):
@@ -179,7 +173,7 @@ def _check_output(flag, path, inputs):
 
 
 def main(argv=None):
-    p = _Parser(prog="ddpbench-project", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="ddpbench-project", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", help="a ddpbench results JSON file")
     p.add_argument("--world", type=_worlds, default=[8, 64, 512], help="world sizes to project (default 8,64,512)")
     p.add_argument("--gpus-per-node", type=_positive, default=None,

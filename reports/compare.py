@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from . import results, stats
+from .args import OneLineParser
 
 DEFAULT_MIN_EFFECT = 0.05
 DEFAULT_CONFIDENCE = 0.95
@@ -182,13 +183,8 @@ def overall_verdict(comparison, min_effect, show=_printable):
     return f"no regression beyond {min_effect * 100:g}%"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2, as for every other bad input
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message}\n")
-
-
 def main(argv=None):
-    p = _Parser(prog="ddpbench-compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="ddpbench-compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("baseline")
     p.add_argument("current")
     p.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
