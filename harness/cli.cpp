@@ -212,7 +212,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                  "repetitions per case, interleaved across cases (default: adaptive, see --target-precision)");
   std::string target_precision, min_time, max_time;
   app.add_option("--target-precision", target_precision,
-                 "repeat each case until the 95% interval of its step time is within +-this (default 0.03; 0: "
+                 "repeat each case until the 95% interval of its lower-quartile step (over repetitions) is within +-this (default 0.03; 0: "
                  "exactly --repetitions); --repetitions is then the fewest");
   app.add_option("--min-time", min_time, "adaptive sampling: measured seconds a case runs at least (default 1)");
   app.add_option("--max-time", max_time,

@@ -11,7 +11,7 @@
 namespace ddpbench {
 
 // Sampling when the command line says nothing of it: adaptive, each case until the 95% interval of
-// its step time is within +-3% (chosen from this project's measurements; docs/ci.md), after at
+// its lower-quartile step is within +-3% (chosen from this project's measurements; docs/ci.md), after at
 // least 3 repetitions and 1 s of measured steps, for at most 20 s. --repetitions alone: exactly
 // that many, 5 under torchrun/Slurm (whose ranks could not agree on when to stop).
 constexpr double kDefaultTargetPrecision = 0.03;

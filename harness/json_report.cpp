@@ -208,9 +208,11 @@ json case_fields(const CaseRecord& c) {
               {"flops_per_sample", c.facts.flops_per_sample}}},
             {"parity", parity_json(c.parity)},
             {"noisy", c.noisy},
-            // The 95% interval of the step time over repetitions, relative; unresolved: adaptive
-            // sampling stopped at --max-time short of --target-precision.
-            {"precision", {{"achieved_ci95", optional_to_json(c.achieved_precision)}, {"unresolved", c.unresolved},
+            // The 95% interval, over repetitions, of the statistic named, relative; unresolved:
+            // adaptive sampling stopped at --max-time short of --target-precision.
+            {"precision", {{"achieved_ci95", optional_to_json(c.achieved_precision)},
+                           {"statistic", "lower_quartile_step"},
+                           {"unresolved", c.unresolved},
                            {"seconds_spent", c.seconds_spent}}},
             {"cv_over_noise_floor", optional_to_json(c.cv_over_noise_floor)}};
   if (c.loss_vs_single) {

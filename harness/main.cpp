@@ -60,7 +60,8 @@ std::string describe(const ddpbench::DeviceSet& devices) {
 std::string describe_sampling(const ddpbench::RunnerOptions& r) {
   std::ostringstream out;
   if (r.target_precision > 0) {
-    out << "repetitions of " << r.steps << " steps after " << r.warmup << " warm-up until each case's step time is "
+    out << "repetitions of " << r.steps << " steps after " << r.warmup
+        << " warm-up until each case's lower-quartile step is "
         << "within +-" << r.target_precision * 100 << "% (at least " << r.repetitions << " and " << r.min_time_seconds
         << " s measured, at most " << r.max_time_seconds << " s a case)";
   } else {

@@ -49,6 +49,13 @@ struct RepetitionRecord {
   std::string data_path;              // where batches were placed: host, prefetch or device
 
   double mean_step_seconds() const;
+  // The repetition's lower-quartile step (25th percentile, interpolated): the figure adaptive
+  // sampling and ddpbench-compare take its precision over. A shared machine only ever adds time
+  // to a step, in stretches of a few steps to seconds; the lower quartile is what the code costs
+  // when a quarter of the steps ran clear of them (the minimum's argument, as in Chen & Revels
+  // 2016 and Julia's BenchmarkTools, without resting on one lucky step). Measured on the 2-core
+  // VM: it resolves an A/A pair 2-4x tighter than the mean (docs/ci.md).
+  double lower_quartile_step_seconds() const;
   // Slowest rank over the median rank, by the time each spent on its own work per step (step
   // minus exposed communication, which is where a fast rank waits for a slow one); none with
   // fewer than two ranks.
@@ -100,8 +107,8 @@ struct CaseRecord {
   std::optional<LossVsSingle> loss_vs_single;  // asynchronous strategies, when single ran too
   // CV of the repetition means above --max-cv: the machine's noise is too large to trust the numbers.
   bool noisy = false;
-  // Half-width of the 95% interval of the step time over repetitions, relative (0.03 = +-3%): what
-  // the repetitions pin down; none with fewer than two.
+  // Half-width of the 95% interval, over repetitions, of the repetitions' lower-quartile steps,
+  // relative (0.03 = +-3%): what the repetitions pin down for a comparison; none with fewer than two.
   std::optional<double> achieved_precision;
   // Adaptive sampling stopped the case at --max-time before it reached --target-precision.
   bool unresolved = false;
@@ -111,9 +118,11 @@ struct CaseRecord {
 
   // A case whose numbers stand: ok, with at least one repetition. Rankings and ratios use only these.
   bool measured() const { return status == CaseStatus::Ok && !repetitions.empty(); }
-  // Each repetition's mean step time, in seconds: the independent samples every statistic of the
-  // case (median, CV, precision, noise floor) is taken over.
+  // Each repetition's mean step time, in seconds: the independent samples the headline figures
+  // (median step, samples/s, CV, noise floor) are taken over.
   std::vector<double> repetition_means() const;
+  // Each repetition's lower-quartile step, in seconds: what precision (and ddpbench-compare) is of.
+  std::vector<double> repetition_lower_quartiles() const;
   // Medians over repetitions of the per-repetition means; callers check repetitions is not empty.
   double median_step_seconds() const;
   double median_items_per_second() const;

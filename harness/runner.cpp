@@ -135,6 +135,8 @@ const char* to_string(CaseStatus status) {
 
 double RepetitionRecord::mean_step_seconds() const { return stats::mean(step_seconds); }
 
+double RepetitionRecord::lower_quartile_step_seconds() const { return stats::percentile(step_seconds, 0.25); }
+
 std::optional<double> RepetitionRecord::straggler_spread() const {
   if (ranks.size() < 2) return std::nullopt;
   std::vector<double> own_work;
@@ -156,6 +158,12 @@ std::vector<double> CaseRecord::repetition_means() const {
   std::vector<double> means;
   for (const auto& r : repetitions) means.push_back(r.mean_step_seconds());
   return means;
+}
+
+std::vector<double> CaseRecord::repetition_lower_quartiles() const {
+  std::vector<double> quartiles;
+  for (const auto& r : repetitions) quartiles.push_back(r.lower_quartile_step_seconds());
+  return quartiles;
 }
 
 double CaseRecord::median_step_seconds() const { return stats::median(repetition_means()); }
@@ -673,7 +681,7 @@ bool Runner::settle(CaseRecord& c) const {
   for (const auto& r : c.repetitions) {
     for (double t : r.step_seconds) measured_seconds += t;
   }
-  c.achieved_precision = stats::relative_ci95_half_width(c.repetition_means());
+  c.achieved_precision = stats::relative_ci95_half_width(c.repetition_lower_quartiles());
   if (options_.target_precision <= 0) return false;  // a fixed count: wants_repetition decides
   const bool enough = static_cast<int>(c.repetitions.size()) >= options_.repetitions &&
                       measured_seconds >= options_.min_time_seconds;

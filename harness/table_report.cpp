@@ -40,7 +40,7 @@ std::string format_table(const RunRecord& record) {
       row.push_back(fmt("%.2f", c.median_step_seconds() * 1e3));
       // A trailing * marks a noisy case (CV above --max-cv).
       row.push_back(fmt("%.1f%%", stats::cv(means) * 100) + (c.noisy ? "*" : ""));
-      // What the repetitions pin the step time down to; a trailing ! marks a case that adaptive
+      // What the repetitions pin the lower-quartile step down to; a trailing ! marks a case that adaptive
       // sampling stopped at --max-time short of --target-precision.
       row.push_back((c.achieved_precision ? fmt("%.1f%%", *c.achieved_precision * 100) : "-") +
                     (c.unresolved ? "!" : ""));
@@ -127,7 +127,8 @@ std::string format_table(const RunRecord& record) {
   for (const auto& c : record.cases) any_unresolved = any_unresolved || c.unresolved;
   if (any_unresolved) {
     out << "  ! unresolved: --max-time " << fmt("%g", record.settings.max_time_seconds)
-        << " s ran out before the step time was within +-" << fmt("%g%%", record.settings.target_precision * 100)
+        << " s ran out before the lower-quartile step was within +-"
+        << fmt("%g%%", record.settings.target_precision * 100)
         << " (95% interval over repetitions); read those numbers as that precise only\n";
   }
   for (const auto& n : notes) out << "  " << n << '\n';

@@ -17,7 +17,7 @@ import os
 import sys
 
 from projection import model, network
-from reports import results
+from reports import files, results
 from reports.args import EXIT_BAD_INPUT, OneLineParser
 SCHEMA_VERSION = 1
 
@@ -152,13 +152,6 @@ def load_projection_file(path):
     return doc, out
 
 
-def _write_atomically(path, text):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def _check_output(flag, path, inputs):
     if path is None:
         return
@@ -210,7 +203,7 @@ def main(argv=None):
     print(format_table(projections, net, args.scaling, args.results))
     try:
         if args.json_out:
-            _write_atomically(args.json_out, json.dumps(to_json(projections, net, args.scaling, args.results,
+            files.write_atomically(args.json_out, json.dumps(to_json(projections, net, args.scaling, args.results,
                                                                 args.world), indent=1) + "\n")
         if args.chart:
             chart(projections, args.chart)

@@ -1,11 +1,14 @@
 """Compare two ddpbench results files case by case: the CI regression gate.
 
-Per case it takes the per-repetition mean step times of both sides and the 95% confidence interval
-of current/baseline (Welch's t-interval on their logarithms: repetitions are the independent
-units, steps within one are not), and gives a verdict that never claims more than that interval
-shows:
+Per case it takes one figure per repetition from both sides, the repetition's lower-quartile step
+time (a shared machine only ever adds time to steps, in stretches; docs/ci.md measures why), or
+its mean step where a side lacks per-step times, and the 95% confidence interval of current /
+baseline (Welch's t-interval on their logarithms: repetitions are the independent units, steps
+within one are not; with --paired, the t-interval of the ratios of repetitions run side by side, as
+ddpbench-ab runs them), and gives a verdict that never claims more than that interval shows:
 
-  slower        the whole interval lies above +min effect: a regression
+  slower        the whole interval lies above +min effect: a regression (so is a mean step whose
+                own interval lies wholly above it: a stall in some steps moves no quartile)
   faster        the whole interval lies below -min effect
   same          the whole interval lies within +-min effect: any change is smaller than it
   inconclusive  the interval reaches past +-min effect on a side it has not settled: these samples
@@ -33,6 +36,15 @@ DEFAULT_MIN_EFFECT = 0.05
 DEFAULT_CONFIDENCE = 0.95
 
 REGRESSIONS = ("slower", "failed", "not run", "missing")
+STATISTIC_QUARTILE, STATISTIC_MEAN = "lower-quartile step", "mean step"
+
+
+def _samples(b, c):
+    """Both sides' per-repetition figures, of one statistic: lower-quartile steps where both
+    sides have per-step times, else means (ddpbench-micro files, hand-made ones)."""
+    if b.repetition_quartile_ms and c.repetition_quartile_ms:
+        return STATISTIC_QUARTILE, b.repetition_quartile_ms, c.repetition_quartile_ms
+    return STATISTIC_MEAN, b.repetition_ms, c.repetition_ms
 EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 1, 2, 3
 
 
@@ -40,9 +52,10 @@ EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 1, 2, 3
 class CaseComparison:
     name: str
     verdict: str
-    baseline_ms: Optional[float] = None
+    baseline_ms: Optional[float] = None  # geometric mean over repetitions of `statistic`
     current_ms: Optional[float] = None
     change: Optional[float] = None  # current / baseline - 1, of the repetitions' geometric means
+    statistic: str = ""  # what each repetition contributes: STATISTIC_QUARTILE or STATISTIC_MEAN
     interval: Optional[tuple] = None  # confidence interval of the change, (low, high)
     noise: Optional[float] = None  # the larger CV of the two sides' repetition means
     note: str = ""
@@ -59,6 +72,7 @@ class Comparison:
     only_in_current: List[str] = field(default_factory=list)
     not_in_baseline: List[str] = field(default_factory=list)  # present there, but not measured
     geomean_ratio: Optional[float] = None  # geometric mean of current / baseline over compared cases
+    paired: bool = False  # intervals over pairs of repetitions run side by side (ddpbench-ab)
 
     @property
     def regressed(self):
@@ -80,16 +94,43 @@ def _verdict(interval, min_effect):
     return "inconclusive"
 
 
-def compare(baseline, current, min_effect=DEFAULT_MIN_EFFECT, confidence=DEFAULT_CONFIDENCE):
+def _interval(b, c, confidence, paired):
+    """The interval of current / baseline: from pairs where both sides' repetitions were run side by
+    side (ddpbench-ab), else Welch's over the two samples."""
+    if paired:
+        return stats.paired_ratio_interval(b, c, confidence)
+    return stats.ratio_interval(b, c, confidence)
+
+
+def _check_the_mean(row, b_means, c_means, min_effect, confidence, paired):
+    """The lower-quartile step cannot see a change that slows fewer than three quarters of the
+    steps (a stall every few steps): the mean step can, where its noisier interval allows. A mean
+    wholly slower beyond the minimum effect is a regression whatever the quartile says; a verdict
+    of the quartile that the mean could not back says so in its note."""
+    interval = _interval(b_means, c_means, confidence, paired)
+    if interval is None:
+        return
+    mean_verdict = _verdict(interval, min_effect)
+    if mean_verdict == "slower" and row.verdict != "slower":
+        row.verdict = "slower"
+        row.note = f"the mean step: {_pct(interval[0] - 1)} .. {_pct(interval[1] - 1)}"
+    elif mean_verdict != row.verdict and row.verdict in ("same", "faster"):
+        row.note = f"of the lower-quartile step; the mean step resolves only +-{(interval[1] - interval[0]) / 2 * 100:.1f}%"
+
+
+def compare(baseline, current, min_effect=DEFAULT_MIN_EFFECT, confidence=DEFAULT_CONFIDENCE, paired=False):
+    """paired: repetition i of both files was measured side by side (an interleaved A/B run), and a
+    case's interval is taken over the pairs' ratios; a case whose sides kept different numbers of
+    repetitions has no pairs and is inconclusive."""
     base, cur = results.case_samples(baseline), results.case_samples(current)
-    out = Comparison()
+    out = Comparison(paired=paired)
     out.only_in_current = [n for n in cur if n not in base]
     ratios = []
     for name, b in base.items():
         if not b.measured:
             out.not_in_baseline.append(name)
             continue
-        b_ms = stats.geometric_mean(b.repetition_ms)
+        b_ms = stats.geometric_mean(b.repetition_ms)  # the mean step, until the statistic is known
         c = cur.get(name)
         if c is None:
             out.cases.append(CaseComparison(name, "missing", b_ms, note="not in the current file"))
@@ -101,18 +142,22 @@ def compare(baseline, current, min_effect=DEFAULT_MIN_EFFECT, confidence=DEFAULT
             why = c.reason or "no repetition measured"
             out.cases.append(CaseComparison(name, "not run", b_ms, note=f"{c.status}: {why}"))
             continue
-        c_ms = stats.geometric_mean(c.repetition_ms)
+        statistic, b_samples, c_samples = _samples(b, c)
+        b_ms, c_ms = stats.geometric_mean(b_samples), stats.geometric_mean(c_samples)
         ratios.append(c_ms / b_ms)
-        row = CaseComparison(name, "inconclusive", b_ms, c_ms, c_ms / b_ms - 1,
-                             noise=max(stats.cv(b.repetition_ms), stats.cv(c.repetition_ms)))
-        interval = stats.ratio_interval(b.repetition_ms, c.repetition_ms, confidence)
+        row = CaseComparison(name, "inconclusive", b_ms, c_ms, c_ms / b_ms - 1, statistic=statistic,
+                             noise=max(stats.cv(b_samples), stats.cv(c_samples)))
+        interval = _interval(b_samples, c_samples, confidence, paired)
         if interval is None:
-            row.note = "needs 2 or more repetitions a side"
+            row.note = ("needs 2 or more pairs of repetitions run side by side" if paired
+                        else "needs 2 or more repetitions a side")
         else:
             row.interval = (interval[0] - 1, interval[1] - 1)
             row.verdict = _verdict(interval, min_effect)
             if row.verdict == "inconclusive":
                 row.note = f"resolves only +-{row.resolution * 100:.1f}%"
+            if statistic == STATISTIC_QUARTILE:
+                _check_the_mean(row, b.repetition_ms, c.repetition_ms, min_effect, confidence, paired)
         out.cases.append(row)
     if ratios:
         out.geomean_ratio = stats.geometric_mean(ratios)
@@ -136,8 +181,8 @@ def _pct(v):
     return "-" if v is None else f"{v * 100:+.1f}%"
 
 
-def format_table(comparison, markdown=False, min_effect=DEFAULT_MIN_EFFECT):
-    header = ["case", "baseline ms", "current ms", "change", "95% interval", "noise", "verdict"]
+def format_table(comparison, markdown=False, min_effect=DEFAULT_MIN_EFFECT, confidence=DEFAULT_CONFIDENCE):
+    header = ["case", "baseline ms", "current ms", "change", f"{confidence * 100:.4g}% interval", "noise", "verdict"]
     rows = []
     for c in comparison.cases:
         rows.append([c.name, "-" if c.baseline_ms is None else f"{c.baseline_ms:.2f}",
@@ -163,6 +208,13 @@ def format_table(comparison, markdown=False, min_effect=DEFAULT_MIN_EFFECT):
         lines.append(f"not measured in the baseline, not compared: {show(name)}")
     for name in comparison.only_in_current:
         lines.append(f"only in current, not compared: {show(name)}")
+    statistics = sorted({c.statistic for c in comparison.cases if c.statistic})
+    if statistics:
+        lines.append(f"per repetition: its {' or '.join(statistics)} time (ms: geometric mean over repetitions; "
+                     f"noise: their CV)")
+        if not comparison.paired:
+            lines.append("two separate runs: the intervals hold each run's own spread, not the machine's drift between "
+                         "the runs (ddpbench-ab runs both sides side by side)")
     if comparison.geomean_ratio is not None:
         lines.append(f"geometric mean of current/baseline step time: {comparison.geomean_ratio:.3f} "
                      f"({(comparison.geomean_ratio - 1) * 100:+.1f}%)")
@@ -196,6 +248,9 @@ def main(argv=None):
     p.add_argument("--allow-inconclusive", action="store_true",
                    help="exit 0 rather than 3 when some case is inconclusive and nothing regressed")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
+    p.add_argument("--paired", action="store_true",
+                   help="repetition i of both files was run side by side (ddpbench-ab's files): take the "
+                        "interval over the pairs' ratios")
     args = p.parse_args(argv)
     if not 0 <= args.min_effect < 10:
         p.error(f"--min-effect: {args.min_effect!r} is not in [0, 10)")
@@ -204,11 +259,11 @@ def main(argv=None):
     try:
         baseline, current = results.load(args.baseline), results.load(args.current)
         check_comparable(args, baseline, current)
-        comparison = compare(baseline, current, args.min_effect, args.confidence)
+        comparison = compare(baseline, current, args.min_effect, args.confidence, paired=args.paired)
     except results.ResultsError as e:
         print(f"ddpbench-compare: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(format_table(comparison, markdown=args.markdown, min_effect=args.min_effect))
+    print(format_table(comparison, markdown=args.markdown, min_effect=args.min_effect, confidence=args.confidence))
     if comparison.regressed:
         return EXIT_REGRESSION
     if comparison.inconclusive and not args.allow_inconclusive:

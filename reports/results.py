@@ -10,7 +10,9 @@ import math
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Optional
+
+from . import stats
 
 # The versions of context.json_schema_version this package understands.
 KNOWN_SCHEMA_VERSIONS = (1,)
@@ -229,6 +231,10 @@ class CaseSamples:
     status: str = "ok"
     reason: str = ""
     repetition_ms: List[float] = field(default_factory=list)  # mean step time of each kept repetition
+    # Each kept repetition's lower-quartile step (ms), what a comparison takes its interval over
+    # (docs/ci.md: a shared machine only adds time to steps, in stretches); None where some
+    # repetition lacks its step times (a ddpbench-micro file, a hand-made one).
+    repetition_quartile_ms: Optional[List[float]] = field(default_factory=list)
 
     @property
     def measured(self):
@@ -259,9 +265,19 @@ def case_samples(doc, path="<document>"):
                 raise ResultsError(f"{path}: benchmarks[{i}].real_time is {b['real_time']!r}: no measured time "
                                    f"is that short")
             case.repetition_ms.append(ms)
+            steps = [] if micro else b["ddpbench"].get("step_times_ms") or []
+            if not steps or case.repetition_quartile_ms is None:
+                case.repetition_quartile_ms = None
+            else:
+                quartile = stats.percentile(steps, 0.25)
+                if not quartile >= SHORTEST_MS:
+                    raise ResultsError(f"{path}: benchmarks[{i}].ddpbench.step_times_ms has a lower quartile of "
+                                       f"{quartile!r} ms: no measured step is that short")
+                case.repetition_quartile_ms.append(quartile)
     for case in out.values():
         if case.status != "ok":
             case.repetition_ms = []  # kept repetitions of a failed case are partial, never a result
+            case.repetition_quartile_ms = []
     return out
 
 

@@ -10,6 +10,19 @@ def median(xs):
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
+def percentile(xs, q):
+    """The q-quantile, 0 <= q <= 1, interpolated between order statistics (numpy's default, and
+    the harness's stats::percentile, so both sides of a comparison mean the same figure)."""
+    s = sorted(xs)
+    if not s:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 1:
+        raise ValueError(f"percentile: q = {q} is outside [0, 1]")
+    rank = q * (len(s) - 1)
+    lo, hi = math.floor(rank), math.ceil(rank)
+    return s[lo] + (s[hi] - s[lo]) * (rank - lo)
+
+
 def cv(xs):
     """Coefficient of variation (sample stddev / mean); 0 for fewer than two values."""
     if len(xs) < 2:
@@ -94,3 +107,20 @@ def ratio_interval(base, current, confidence=0.95):
     df = (v1 + v2) ** 2 / (v1 ** 2 / (n1 - 1) + v2 ** 2 / (n2 - 1))  # Welch-Satterthwaite
     half = t_quantile(0.5 + confidence / 2, df) * se
     return math.exp(diff - half), math.exp(diff + half)
+
+
+def paired_ratio_interval(base, current, confidence=0.95):
+    """Confidence interval of current / base from pairs: base[i] and current[i] were measured side by
+    side (one round of an interleaved A/B run), so the machine's drift, which moves both alike,
+    cancels in their ratio. The t-interval of the mean log ratio over the pairs. Returns
+    (low, high), or None with fewer than two pairs or sides of unequal length."""
+    n = len(base)
+    if n < 2 or len(current) != n:
+        return None
+    logs = [math.log(c / b) for b, c in zip(base, current)]
+    m = sum(logs) / n
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / (n - 1))
+    if sd == 0:
+        return math.exp(m), math.exp(m)
+    half = t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    return math.exp(m - half), math.exp(m + half)

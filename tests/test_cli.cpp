@@ -521,7 +521,7 @@ TEST(Cli, AdaptiveSamplingStopsACaseOnceItsIntervalIsWithinTheTarget) {
   // +-50%: reached after the fewest repetitions (3), whatever this machine's noise.
   const auto r = run_process(adaptive_run(path, {"--target-precision", "0.5", "--min-time", "0"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("until each case's step time is within +-50%"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("until each case's lower-quartile step is within +-50%"), std::string::npos) << r.out;
   const json doc = json::parse(read_text(path));
   EXPECT_EQ(doc["context"]["ddpbench"]["settings"]["target_precision"], 0.5);
   const json median = median_entry(doc, "mlp/single/world:1");  // a copy: GCC 14 warns of a dangling reference

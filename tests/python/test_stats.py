@@ -54,3 +54,30 @@ def test_median_cv_and_geometric_mean():
     assert stats.geometric_mean([1, 4]) == pytest.approx(2)
     with pytest.raises(ValueError):
         stats.median([])
+
+
+def test_percentile_interpolates_like_the_harness():
+    # the harness's stats::percentile: rank q(n-1), linear between neighbours
+    assert stats.percentile([5, 1, 4, 2, 3], 0.25) == 2.0
+    assert stats.percentile([4, 3, 2, 1], 0.25) == pytest.approx(1.75)
+    assert stats.percentile([7], 0.25) == 7
+    with pytest.raises(ValueError):
+        stats.percentile([], 0.25)
+
+
+def test_paired_interval_cancels_drift_that_moves_both_sides_alike():
+    # Three rounds on a drifting machine (10, 20 and 15 ms), the current side 10% slower in each:
+    # paired, the ratio is exactly 1.1; unpaired, the drift swamps it.
+    base, current = [10.0, 20.0, 15.0], [11.0, 22.0, 16.5]
+    assert stats.paired_ratio_interval(base, current) == pytest.approx((1.1, 1.1))
+    low, high = stats.ratio_interval(base, current)
+    assert low < 0.8 and high > 1.5
+    # spread in the ratios widens it by t(0.975, n-1) sd / sqrt(n) on the log scale
+    ratios = [1.05, 1.10, 1.15]
+    low, high = stats.paired_ratio_interval([10.0] * 3, [10.0 * r for r in ratios])
+    logs = [math.log(r) for r in ratios]
+    m = sum(logs) / 3
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / 2)
+    assert math.log(high) - m == pytest.approx(4.302653 * sd / math.sqrt(3), rel=1e-5)
+    assert stats.paired_ratio_interval([1.0], [1.0]) is None
+    assert stats.paired_ratio_interval([1.0, 2.0], [1.0]) is None

@@ -1,0 +1,139 @@
+"""ddpbench-ab on real ddpbench runs: interleaved rounds, a paired verdict, its stopping rule, and
+what it does with bad input and with being killed."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from build_paths import BUILD, ROOT  # noqa: E402,F401
+sys.path.insert(0, ROOT)
+from reports import ab, compare, results  # noqa: E402
+
+DDPBENCH = os.path.join(BUILD, "ddpbench")
+SCRIPT = os.path.join(ROOT, "scripts", "ddpbench-ab")
+# One small case: a round is two ddpbench processes of about a second each.
+CASE = ["--device", "cpu", "--strategy", "single", "--workload", "mlp", "--world-size", "1", "--threads", "1",
+        "--batch", "32", "--warmup", "2"]
+SMALL = CASE + ["--steps", "10"]
+# single at world 1 and dp at world 2 (its default): two strategies, each a run of its own a round
+CASE_TWO_STRATEGIES = ["--device", "cpu", "--strategy", "single,dp", "--workload", "mlp", "--threads", "1",
+                       "--batch", "32", "--warmup", "2", "--steps", "5"]
+
+
+def run_ab(out, *args, ddpbench_args=SMALL):
+    return subprocess.run([SCRIPT, DDPBENCH, DDPBENCH, "--out", str(out), *args, "--", *ddpbench_args],
+                          capture_output=True, text=True)
+
+
+def test_looks_and_the_confidence_each_gets():
+    assert ab.looks(20) == [5, 10, 20]
+    assert ab.looks(30) == [5, 10, 20, 30]
+    assert ab.looks(4) == [4]
+    # three looks share the 5% that one 95% interval would have
+    assert ab.look_confidence(0.95, 20) == pytest.approx(1 - 0.05 / 3)
+    assert ab.look_confidence(0.95, 2) == pytest.approx(0.95)
+
+
+def test_a_a_never_says_regression_and_leaves_a_pair_compare_reads_again(tmp_path):
+    r = run_ab(tmp_path, "--max-rounds", "3")
+    assert r.returncode in (0, 3), r.stdout + r.stderr
+    assert "REGRESSION" not in r.stdout
+    assert "paired over 3 interleaved rounds" in r.stdout
+    assert sorted(os.listdir(tmp_path / "rounds")) == sorted(
+        f"{side}-{i}-single.json" for side in ("baseline", "current") for i in range(3))
+    base, cur = (results.load(str(tmp_path / f"{side}.json")) for side in ("baseline", "current"))
+    for doc in (base, cur):
+        iterations = [b for b in doc["benchmarks"] if b["run_type"] == "iteration"]
+        assert [b["repetition_index"] for b in iterations] == [0, 1, 2]
+        assert doc["context"]["ddpbench_ab"]["rounds"] == 3
+    # ddpbench-compare --paired on the files it left gives the same answer
+    again = subprocess.run([os.path.join(ROOT, "scripts", "ddpbench-compare"), "--paired", "--confidence", "0.975",
+                            str(tmp_path / "baseline.json"), str(tmp_path / "current.json")],
+                           capture_output=True, text=True)
+    assert again.returncode == r.returncode, again.stdout + again.stderr
+    assert "97.5% interval" in again.stdout
+
+
+def test_a_slowdown_injected_on_one_side_is_a_regression_found_at_an_early_look(tmp_path):
+    r = run_ab(tmp_path, "--current-arg=--slow-by=0.3")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "REGRESSION in mlp/single/world:1" in r.stdout
+    # decided at a look, well before --max-rounds (20): usually the first (5 rounds); a noisy
+    # stretch of the machine can take it to the second
+    rounds = results.load(str(tmp_path / "current.json"))["context"]["ddpbench_ab"]["rounds"]
+    assert rounds in (5, 10) and f"paired over {rounds} interleaved rounds" in r.stdout
+    result = compare.compare(results.load(str(tmp_path / "baseline.json")),
+                             results.load(str(tmp_path / "current.json")), paired=True)
+    (case,) = result.cases
+    assert case.verdict == "slower" and case.change > 0.1  # +30% injected; this VM adds its own noise
+
+
+def test_each_strategy_runs_on_its_own_both_sides_back_to_back_first_side_alternating(tmp_path):
+    # which side goes first alternates between strategies and, for each strategy, between rounds
+    r = run_ab(tmp_path, "--max-rounds", "2", ddpbench_args=CASE_TWO_STRATEGIES)
+    assert r.returncode in (0, 1, 3), r.stderr
+    # the runs are one after the other: the order their files were written is the order they ran
+    written = sorted(os.listdir(tmp_path / "rounds"), key=lambda name: os.stat(tmp_path / "rounds" / name).st_mtime_ns)
+    assert [name[:-len(".json")] for name in written] == [
+        "baseline-0-single", "current-0-single", "current-0-dp", "baseline-0-dp",
+        "current-1-single", "baseline-1-single", "baseline-1-dp", "current-1-dp"]
+    for name in written:  # each run measured its own strategy only
+        doc = results.load(str(tmp_path / "rounds" / name))
+        assert {b["ddpbench"]["strategy"] for b in doc["benchmarks"]} == {name.split("-")[-1][:-len(".json")]}
+    merged = results.load(str(tmp_path / "current.json"))
+    names = {b["run_name"] for b in merged["benchmarks"]}
+    assert names == {"mlp/single/world:1", "mlp/dp/world:2"}
+
+
+def test_which_strategies_a_round_runs():
+    assert ab.strategies(DDPBENCH, ["--strategy", "ddp,single"]) == ["ddp", "single"]
+    assert ab.strategies(DDPBENCH, ["--strategy=hogwild"]) == ["hogwild"]
+    assert ab.strategies(DDPBENCH, []) == ["single", "dp", "dp-loss-in-model", "ddp", "hogwild"]
+    assert ab.strategies(DDPBENCH, ["--strategy", "all"]) == ab.strategies(DDPBENCH, [])
+    assert ab.with_strategy(["--steps", "3", "--strategy", "all", "--strategy=dp"], "ddp") == [
+        "--steps", "3", "--strategy", "ddp"]
+
+
+@pytest.mark.parametrize("args, ddpbench_args, message", [
+    ([], SMALL + ["--repetitions", "3"], "--repetitions: ddpbench-ab sets it itself"),
+    ([], SMALL + ["--json=x.json"], "--json: ddpbench-ab sets it itself"),
+    (["--max-rounds", "1"], SMALL, "--max-rounds: 1 is not in [2, 1000]"),
+    (["--confidence", "1"], SMALL, "--confidence"),
+    ([], SMALL + ["--steps", "0"], "--steps"),
+])
+def test_bad_input_exits_two_with_one_line(tmp_path, args, ddpbench_args, message):
+    r = run_ab(tmp_path / "out", *args, ddpbench_args=ddpbench_args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stdout == ""
+
+
+def test_a_missing_executable_exits_two(tmp_path):
+    r = subprocess.run([SCRIPT, str(tmp_path / "nothing"), DDPBENCH, "--out", str(tmp_path / "o"), "--", *SMALL],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "not an executable file" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_killing_it_leaves_no_ddpbench_running(tmp_path):
+    p = subprocess.Popen([SCRIPT, DDPBENCH, DDPBENCH, "--out", str(tmp_path), "--", *CASE, "--steps", "100000"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = str(tmp_path / "rounds" / "baseline-0-single.json")
+
+    def running():
+        r = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+        return r.stdout.split()
+
+    deadline = time.monotonic() + 30
+    while not running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running(), "the first round's ddpbench never started"
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    deadline = time.monotonic() + 10
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not running(), "ddpbench outlived the ddpbench-ab that started it"

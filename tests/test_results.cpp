@@ -1,0 +1,54 @@
+// The run records' own figures: what a repetition and a case say of their step times.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "harness/results.h"
+#include "harness/stats.h"
+
+namespace ddpbench {
+namespace {
+
+RepetitionRecord repetition(const std::vector<double>& steps) {
+  RepetitionRecord r;
+  r.step_seconds = steps;
+  return r;
+}
+
+TEST(RepetitionRecord, LowerQuartileIsTheInterpolatedTwentyFifthPercentile) {
+  // Sorted 1..5: rank 0.25 x 4 = 1, the second value; 1..4: rank 0.75, between 1 and 2.
+  EXPECT_DOUBLE_EQ(repetition({5, 1, 4, 2, 3}).lower_quartile_step_seconds(), 2.0);
+  EXPECT_DOUBLE_EQ(repetition({4, 3, 2, 1}).lower_quartile_step_seconds(), 1.75);
+}
+
+TEST(CaseRecord, ASlowStretchInPartOfEachRepetitionMovesTheMeansNotTheLowerQuartiles) {
+  // Steps of 50 ms, with a stretch 1.6x slower (as this project's VM has) over 0, 2 and 5 of a
+  // repetition's 8 steps: the means spread by a fifth, the lower quartiles not at all.
+  CaseRecord c;
+  for (int slow : {0, 2, 5}) {
+    std::vector<double> steps(8, 0.050);
+    for (int i = 0; i < slow; ++i) steps[static_cast<size_t>(i)] = 0.080;
+    c.repetitions.push_back(repetition(steps));
+  }
+  const std::vector<double> quartiles = c.repetition_lower_quartiles();
+  ASSERT_EQ(quartiles.size(), 3u);
+  for (double q : quartiles) EXPECT_DOUBLE_EQ(q, 0.050);
+  EXPECT_GT(stats::cv(c.repetition_means()), 0.15);
+  EXPECT_LT(stats::cv(quartiles), 1e-12);
+}
+
+TEST(CaseRecord, AStepTimeChangeOfEveryStepMovesTheLowerQuartilesByAsMuch) {
+  CaseRecord base, slower;
+  for (double jitter : {0.000, 0.001, 0.002}) {
+    std::vector<double> steps = {0.050 + jitter, 0.052, 0.049, 0.080, 0.051, 0.050};
+    base.repetitions.push_back(repetition(steps));
+    for (double& s : steps) s *= 1.10;
+    slower.repetitions.push_back(repetition(steps));
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(slower.repetition_lower_quartiles()[i] / base.repetition_lower_quartiles()[i], 1.10, 1e-12);
+  }
+}
+
+}  // namespace
+}  // namespace ddpbench
