@@ -68,8 +68,7 @@ def gate(baseline, current, paired=False):
     ddpbench-ab left, judged at the confidence of each of its looks."""
     confidence = ab.look_confidence(compare.DEFAULT_CONFIDENCE, AB_MAX_ROUNDS) if paired else compare.DEFAULT_CONFIDENCE
     c = compare.compare(baseline, current, confidence=confidence, paired=paired)
-    code = compare.EXIT_REGRESSION if c.regressed else compare.EXIT_INCONCLUSIVE if c.inconclusive else 0
-    return code, {case.name: case.verdict for case in c.cases}
+    return c.exit_code(), {case.name: case.verdict for case in c.cases}
 
 
 def run_ab(exe, args, out, slow_by):

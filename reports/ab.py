@@ -228,8 +228,4 @@ def main(argv=None):
     print(compare.format_table(comparison, markdown=args.markdown, min_effect=args.min_effect, confidence=confidence))
     print(f"paired over {rounds} interleaved rounds; intervals at {confidence * 100:.2f}% each, "
           f"{args.confidence * 100:g}% over all {len(looks(args.max_rounds))} looks; files in {args.out}")
-    if comparison.regressed:
-        return compare.EXIT_REGRESSION
-    if comparison.inconclusive and not args.allow_inconclusive:
-        return compare.EXIT_INCONCLUSIVE
-    return 0
+    return comparison.exit_code(args.allow_inconclusive)

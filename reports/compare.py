@@ -57,7 +57,7 @@ class CaseComparison:
     change: Optional[float] = None  # current / baseline - 1, of the repetitions' geometric means
     statistic: str = ""  # what each repetition contributes: STATISTIC_QUARTILE or STATISTIC_MEAN
     interval: Optional[tuple] = None  # confidence interval of the change, (low, high)
-    noise: Optional[float] = None  # the larger CV of the two sides' repetition means
+    noise: Optional[float] = None  # the larger CV of the two sides' per-repetition `statistic`
     note: str = ""
 
     @property
@@ -81,6 +81,12 @@ class Comparison:
     @property
     def inconclusive(self):
         return [c for c in self.cases if c.verdict == "inconclusive"]
+
+    def exit_code(self, allow_inconclusive=False):
+        """The gate's answer: 1 a regression, 3 some case inconclusive (0 if allowed), else 0."""
+        if self.regressed:
+            return EXIT_REGRESSION
+        return EXIT_INCONCLUSIVE if self.inconclusive and not allow_inconclusive else 0
 
 
 def _verdict(interval, min_effect):
@@ -264,11 +270,7 @@ def main(argv=None):
         print(f"ddpbench-compare: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(format_table(comparison, markdown=args.markdown, min_effect=args.min_effect, confidence=args.confidence))
-    if comparison.regressed:
-        return EXIT_REGRESSION
-    if comparison.inconclusive and not args.allow_inconclusive:
-        return EXIT_INCONCLUSIVE
-    return 0
+    return comparison.exit_code(args.allow_inconclusive)
 
 
 def check_comparable(args, baseline, current):
