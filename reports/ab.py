@@ -15,7 +15,8 @@ It looks at the comparison after 5, 10, 20 and 40 rounds (up to --max-rounds) an
 the first look where every case is decided (slower, faster or same), or when --max-time has
 passed. Looking several times and stopping at a decisive one would make a 95% interval wrong more
 often than 5%; each look uses the confidence --confidence divided among the looks (Bonferroni),
-so the whole procedure keeps --confidence.
+and within a look among the cases' intervals (ddpbench-compare), so the whole procedure, every
+case and every look, keeps --confidence.
 
 It writes DIR/rounds/ (every run's own results file, SIDE-ROUND-STRATEGY.json), DIR/baseline.json and DIR/current.json (each
 side's rounds as repetitions, which ddpbench-compare --paired reads again) and prints
@@ -37,6 +38,7 @@ from . import compare, files, results
 from .args import EXIT_BAD_INPUT, OneLineParser
 
 LOOKS = (5, 10, 20, 40)
+DEFAULT_MAX_ROUNDS, DEFAULT_MAX_TIME = 20, 600
 # Flags the rounds set themselves: one repetition, fixed, into a file of the round's own.
 OWNED_FLAGS = ("--repetitions", "--target-precision", "--min-time", "--max-time", "--json", "--no-json")
 
@@ -61,13 +63,13 @@ def look_confidence(confidence, max_rounds):
     return 1 - (1 - confidence) / len(looks(max_rounds))
 
 
-def merge(rounds):
+def merge(rounds, load=results.load):
     """One results document holding each round's repetition, in round order. A round is the list
     of files its runs wrote (one per strategy), each with one repetition of its cases."""
     merged = None
     for i, paths in enumerate(rounds):
         for path in paths:
-            doc = results.load(path)
+            doc = load(path)
             if merged is None:
                 merged = copy.deepcopy(doc)
                 merged["benchmarks"] = []
@@ -134,6 +136,37 @@ def run_one(side, exe, args, path):
     return path
 
 
+def judge(paths, min_effect, confidence, load=results.load):
+    """The merged pair of the rounds so far, {"baseline": doc, "current": doc}, and its paired
+    comparison at `confidence` (a look's: look_confidence)."""
+    merged = {side: merge(rounds, load) for side, rounds in paths.items()}
+    return merged, compare.compare(merged["baseline"], merged["current"], min_effect, confidence, paired=True)
+
+
+def sequential(next_round, judge_at, max_rounds, max_time, confidence, log=lambda line: None):
+    """ddpbench-ab's stopping rule, over rounds run now or recorded earlier (the error-rate
+    benchmark replays it): next_round(n) runs or reads round n and returns its seconds;
+    judge_at(n, look_confidence) returns the comparison of rounds 0..n-1. Looks at looks(), or once
+    --max-time has passed, and stops at the first look where every case is decided or one
+    regressed, or at the time. Returns (comparison, rounds, each look's confidence)."""
+    each = look_confidence(confidence, max_rounds)
+    comparison, n, elapsed = None, 0, 0.0
+    while n < max_rounds:
+        elapsed += next_round(n)
+        n += 1
+        out_of_time = elapsed >= max_time
+        if n not in looks(max_rounds) and not out_of_time:
+            log(f"ddpbench-ab: round {n} done ({elapsed:.0f} s)")
+            continue
+        comparison = judge_at(n, each)
+        undecided = len(comparison.inconclusive)
+        log(f"ddpbench-ab: round {n} done ({elapsed:.0f} s): {len(comparison.cases) - undecided} of "
+            f"{len(comparison.cases)} case(s) decided at {each * 100:.2f}%")
+        if not undecided or comparison.regressed or out_of_time:
+            break
+    return comparison, n, each
+
+
 def run(args, ddpbench_args, log):
     """Runs the rounds and returns (comparison, rounds run, per-look confidence)."""
     rounds_dir = os.path.join(args.out, "rounds")
@@ -141,13 +174,12 @@ def run(args, ddpbench_args, log):
     sides = {"baseline": (args.baseline_exe, ddpbench_args + args.baseline_arg),
              "current": (args.current_exe, ddpbench_args + args.current_arg)}
     paths = {"baseline": [], "current": []}  # per side, per round: the files of its runs
-    confidence = look_confidence(args.confidence, args.max_rounds)
     each = strategies(args.baseline_exe, ddpbench_args)
-    started = time.monotonic()
-    comparison, n = None, 0
-    while n < args.max_rounds:
+
+    def next_round(n):
         # One strategy at a time, both sides back to back, so a case's pair is seconds apart, not a
         # whole run; which side goes first alternates from round to round for every strategy.
+        started = time.monotonic()
         for side in paths:
             paths[side].append([])
         for j, strategy in enumerate(each):
@@ -155,22 +187,15 @@ def run(args, ddpbench_args, log):
                 exe, side_args = sides[side]
                 path = os.path.join(rounds_dir, f"{side}-{n}-{strategy}.json")
                 paths[side][-1].append(run_one(side, exe, with_strategy(side_args, strategy), path))
-        n += 1
-        elapsed = time.monotonic() - started
-        out_of_time = elapsed >= args.max_time
-        if n not in looks(args.max_rounds) and not out_of_time:
-            log(f"ddpbench-ab: round {n} done ({elapsed:.0f} s)")
-            continue
-        merged = {side: merge(paths[side]) for side in paths}
+        return time.monotonic() - started
+
+    def judge_at(n, confidence):
+        merged, comparison = judge(paths, args.min_effect, confidence)
         for side, doc in merged.items():
             files.write_atomically(os.path.join(args.out, f"{side}.json"), json.dumps(doc, indent=1) + "\n")
-        comparison = compare.compare(merged["baseline"], merged["current"], args.min_effect, confidence, paired=True)
-        undecided = len(comparison.inconclusive)
-        log(f"ddpbench-ab: round {n} done ({elapsed:.0f} s): {len(comparison.cases) - undecided} of "
-            f"{len(comparison.cases)} case(s) decided at {confidence * 100:.2f}%")
-        if not undecided or comparison.regressed or out_of_time:
-            break
-    return comparison, n, confidence
+        return comparison
+
+    return sequential(next_round, judge_at, args.max_rounds, args.max_time, args.confidence, log)
 
 
 def main(argv=None):
@@ -180,8 +205,8 @@ def main(argv=None):
     p.add_argument("baseline_exe", help="the ddpbench executable of the baseline")
     p.add_argument("current_exe", help="the ddpbench executable to judge (may be the same one, with --current-arg)")
     p.add_argument("--out", required=True, help="directory for the rounds' files and the merged pair (made if missing)")
-    p.add_argument("--max-rounds", type=int, default=20, help="rounds at most (default 20)")
-    p.add_argument("--max-time", type=float, default=600, help="seconds after which no new round starts (default 600)")
+    p.add_argument("--max-rounds", type=int, default=DEFAULT_MAX_ROUNDS, help="rounds at most (default 20)")
+    p.add_argument("--max-time", type=float, default=DEFAULT_MAX_TIME, help="seconds after which no new round starts (default 600)")
     p.add_argument("--min-effect", type=float, default=compare.DEFAULT_MIN_EFFECT,
                    help="smallest relative change in step time that counts (default 0.05 = 5%%)")
     p.add_argument("--confidence", type=float, default=compare.DEFAULT_CONFIDENCE,
@@ -225,7 +250,7 @@ def main(argv=None):
     except results.ResultsError as e:
         print(f"ddpbench-ab: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(compare.format_table(comparison, markdown=args.markdown, min_effect=args.min_effect, confidence=confidence))
-    print(f"paired over {rounds} interleaved rounds; intervals at {confidence * 100:.2f}% each, "
+    print(compare.format_table(comparison, markdown=args.markdown, min_effect=args.min_effect))
+    print(f"paired over {rounds} interleaved rounds; this look's verdicts together at {confidence * 100:.2f}%, "
           f"{args.confidence * 100:g}% over all {len(looks(args.max_rounds))} looks; files in {args.out}")
     return comparison.exit_code(args.allow_inconclusive)

@@ -5,7 +5,13 @@ time (a shared machine only ever adds time to steps, in stretches; docs/ci.md me
 its mean step where a side lacks per-step times, and the 95% confidence interval of current /
 baseline (Welch's t-interval on their logarithms: repetitions are the independent units, steps
 within one are not; with --paired, the t-interval of the ratios of repetitions run side by side, as
-ddpbench-ab runs them), and gives a verdict that never claims more than that interval shows:
+ddpbench-ab runs them), and gives a verdict that never claims more than that interval shows.
+The gate's answer is about all cases at once ("REGRESSION" if any is slower), so --confidence is
+the whole table's: with m intervals in it (a case with per-step times has two, its quartile's and
+its mean's), each is taken at 1 - 2 (1 - confidence) / m, never below the confidence itself
+(Bonferroni, one-sided: an interval errs above the truth half its error rate), so that an unchanged
+build is called slower anywhere in the table at most 1 - confidence of the time; five cases at 95%
+each would do it up to 10 x 2.5% of the time. (So is a false `faster` anywhere, or a false `same`.)
 
   slower        the whole interval lies above +min effect: a regression (so is a mean step whose
                 own interval lies wholly above it: a stall in some steps moves no quartile)
@@ -37,6 +43,7 @@ DEFAULT_CONFIDENCE = 0.95
 
 REGRESSIONS = ("slower", "failed", "not run", "missing")
 STATISTIC_QUARTILE, STATISTIC_MEAN = "lower-quartile step", "mean step"
+EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 1, 2, 3
 
 
 def _samples(b, c):
@@ -45,7 +52,6 @@ def _samples(b, c):
     if b.repetition_quartile_ms and c.repetition_quartile_ms:
         return STATISTIC_QUARTILE, b.repetition_quartile_ms, c.repetition_quartile_ms
     return STATISTIC_MEAN, b.repetition_ms, c.repetition_ms
-EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 1, 2, 3
 
 
 @dataclass
@@ -73,6 +79,8 @@ class Comparison:
     not_in_baseline: List[str] = field(default_factory=list)  # present there, but not measured
     geomean_ratio: Optional[float] = None  # geometric mean of current / baseline over compared cases
     paired: bool = False  # intervals over pairs of repetitions run side by side (ddpbench-ab)
+    confidence: float = DEFAULT_CONFIDENCE  # 1 - the chance of a false `slower` anywhere in the table
+    interval_confidence: float = DEFAULT_CONFIDENCE  # of each interval: confidence shared among them
 
     @property
     def regressed(self):
@@ -124,12 +132,29 @@ def _check_the_mean(row, b_means, c_means, min_effect, confidence, paired):
         row.note = f"of the lower-quartile step; the mean step resolves only +-{(interval[1] - interval[0]) / 2 * 100:.1f}%"
 
 
+def _intervals_of(b, c):
+    """How many intervals the case of baseline samples b and current samples c gets: none where
+    either side measured nothing or failed, two with per-step times (quartile and mean), else one."""
+    if not b.measured or c is None or c.status in ("failed", "oom") or not c.measured:
+        return 0
+    return 2 if _samples(b, c)[0] == STATISTIC_QUARTILE else 1
+
+
+def shared_confidence(confidence, intervals):
+    """Each of `intervals` intervals' confidence, so that the chance of any of them lying wholly
+    above the truth (a false `slower`: a false REGRESSION) is at most 1 - confidence. A two-sided
+    interval errs above with half its error rate; no interval is taken below `confidence`."""
+    return 1 - min(1 - confidence, 2 * (1 - confidence) / max(1, intervals))
+
+
 def compare(baseline, current, min_effect=DEFAULT_MIN_EFFECT, confidence=DEFAULT_CONFIDENCE, paired=False):
     """paired: repetition i of both files was measured side by side (an interleaved A/B run), and a
     case's interval is taken over the pairs' ratios; a case whose sides kept different numbers of
     repetitions has no pairs and is inconclusive."""
     base, cur = results.case_samples(baseline), results.case_samples(current)
-    out = Comparison(paired=paired)
+    out = Comparison(paired=paired, confidence=confidence)
+    intervals = sum(_intervals_of(b, cur.get(name)) for name, b in base.items())
+    confidence = out.interval_confidence = shared_confidence(confidence, intervals)
     out.only_in_current = [n for n in cur if n not in base]
     ratios = []
     for name, b in base.items():
@@ -187,8 +212,9 @@ def _pct(v):
     return "-" if v is None else f"{v * 100:+.1f}%"
 
 
-def format_table(comparison, markdown=False, min_effect=DEFAULT_MIN_EFFECT, confidence=DEFAULT_CONFIDENCE):
-    header = ["case", "baseline ms", "current ms", "change", f"{confidence * 100:.4g}% interval", "noise", "verdict"]
+def format_table(comparison, markdown=False, min_effect=DEFAULT_MIN_EFFECT):
+    header = ["case", "baseline ms", "current ms", "change", f"{comparison.interval_confidence * 100:.4g}% interval",
+              "noise", "verdict"]
     rows = []
     for c in comparison.cases:
         rows.append([c.name, "-" if c.baseline_ms is None else f"{c.baseline_ms:.2f}",
@@ -218,6 +244,9 @@ def format_table(comparison, markdown=False, min_effect=DEFAULT_MIN_EFFECT, conf
     if statistics:
         lines.append(f"per repetition: its {' or '.join(statistics)} time (ms: geometric mean over repetitions; "
                      f"noise: their CV)")
+        lines.append(f"intervals at {comparison.interval_confidence * 100:.4g}% each: an unchanged build is called "
+                     f"slower anywhere in the table at most {(1 - comparison.confidence) * 100:.3g}% of the time "
+                     f"(Bonferroni)")
         if not comparison.paired:
             lines.append("two separate runs: the intervals hold each run's own spread, not the machine's drift between "
                          "the runs (ddpbench-ab runs both sides side by side)")
@@ -248,7 +277,8 @@ def main(argv=None):
     p.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
                    help="smallest relative change in step time that counts (default 0.05 = 5%%)")
     p.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE,
-                   help="confidence of the interval that a verdict needs (default 0.95)")
+                   help="1 - the chance of a false REGRESSION anywhere in the table (default 0.95; "
+                        "the intervals share it)")
     p.add_argument("--allow-incomplete", action="store_true",
                    help="compare what an interrupted run measured instead of refusing it")
     p.add_argument("--allow-inconclusive", action="store_true",
@@ -269,7 +299,7 @@ def main(argv=None):
     except results.ResultsError as e:
         print(f"ddpbench-compare: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(format_table(comparison, markdown=args.markdown, min_effect=args.min_effect, confidence=args.confidence))
+    print(format_table(comparison, markdown=args.markdown, min_effect=args.min_effect))
     return comparison.exit_code(args.allow_inconclusive)
 
 

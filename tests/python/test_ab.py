@@ -37,6 +37,36 @@ def test_looks_and_the_confidence_each_gets():
     assert ab.look_confidence(0.95, 2) == pytest.approx(0.95)
 
 
+def stopping_rule(verdicts_at, seconds_a_round, max_rounds=20, max_time=600):
+    """ab.sequential over rounds that take `seconds_a_round` each, judged by verdicts_at(n): the
+    rounds it looked at, with the confidence of each look, and where it stopped."""
+    seen = []
+
+    def judge_at(n, confidence):
+        seen.append((n, confidence))
+        return compare.Comparison(cases=[compare.CaseComparison(f"case{k}", v) for k, v in enumerate(verdicts_at(n))])
+
+    comparison, n, each = ab.sequential(lambda n: seconds_a_round, judge_at, max_rounds, max_time, 0.95)
+    return seen, n, each, comparison
+
+
+def test_the_stopping_rule_looks_at_5_10_20_rounds_stops_when_decided_or_out_of_time():
+    undecided = lambda n: ["same", "inconclusive"]  # noqa: E731
+    seen, n, each, _ = stopping_rule(undecided, 10)
+    assert [r for r, _ in seen] == [5, 10, 20] and n == 20
+    assert {c for _, c in seen} == {each} and each == pytest.approx(1 - 0.05 / 3)
+    # every case decided at the second look: it stops there
+    seen, n, _, comparison = stopping_rule(lambda n: ["same", "same" if n >= 10 else "inconclusive"], 10)
+    assert [r for r, _ in seen] == [5, 10] and n == 10 and comparison.exit_code() == 0
+    # a regression stops it at once, decided or not
+    seen, n, _, comparison = stopping_rule(lambda n: ["slower", "inconclusive"], 10)
+    assert n == 5 and comparison.exit_code() == compare.EXIT_REGRESSION
+    # 100 s a round: the look after round 6 is the last, whatever it finds (no round starts after
+    # --max-time)
+    seen, n, _, comparison = stopping_rule(undecided, 100)
+    assert [r for r, _ in seen] == [5, 6] and n == 6 and comparison.exit_code() == compare.EXIT_INCONCLUSIVE
+
+
 def test_a_a_never_says_regression_and_leaves_a_pair_compare_reads_again(tmp_path):
     r = run_ab(tmp_path, "--max-rounds", "3")
     assert r.returncode in (0, 3), r.stdout + r.stderr
@@ -56,6 +86,8 @@ def test_a_a_never_says_regression_and_leaves_a_pair_compare_reads_again(tmp_pat
                             str(tmp_path / "baseline.json"), str(tmp_path / "current.json")],
                            capture_output=True, text=True)
     assert again.returncode == r.returncode, again.stdout + again.stderr
+    # one case with per-step times: two intervals (quartile and mean) share the look's 95%, which
+    # leaves each at 95% (each errs above the truth 2.5% of the time)
     assert "95% interval" in again.stdout and "95% interval" in r.stdout
 
 

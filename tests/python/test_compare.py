@@ -3,7 +3,9 @@ import contextlib
 import copy
 import io
 import json
+import math
 import os
+import random
 import subprocess
 import sys
 
@@ -14,7 +16,7 @@ import hostile
 
 from build_paths import BUILD, ROOT  # noqa: E402,F401
 sys.path.insert(0, ROOT)
-from reports import compare  # noqa: E402
+from reports import compare, results, stats  # noqa: E402
 
 DDPBENCH = os.path.join(BUILD, "ddpbench")
 SCRIPT = os.path.join(ROOT, "scripts", "ddpbench-compare")
@@ -183,6 +185,8 @@ def test_files_without_step_times_are_compared_by_their_means(tmp_path):
     result = compare.compare(json.load(open(bare)), json.load(open(slower)))
     assert {c.statistic for c in result.cases} == {compare.STATISTIC_MEAN}
     assert {c.verdict for c in result.cases} == {"slower"}
+    # two cases, one interval each (no quartile, so no mean check): each errs above 2.5% of the time
+    assert result.interval_confidence == pytest.approx(0.95)
     # one side with steps and one without: both sides by one statistic, the mean
     mixed = compare.compare(json.load(open(FIXTURE)), json.load(open(slower)))
     assert {c.statistic for c in mixed.cases} == {compare.STATISTIC_MEAN}
@@ -408,3 +412,64 @@ def test_fuzzed_files_get_an_exit_code_never_a_traceback(tmp_path, baseline, cur
         assert err.count("\n") == 1 and out == "", err
     else:
         assert err == "" and "verdict: " in out
+
+
+def synthetic_run(rng, cases, repetitions=5, steps=20, drift=0.03, jitter=0.05):
+    """A run of `cases` cases of the fixture's shape, each repetition's steps 25 ms times a drift
+    of the whole repetition (log-normal, `drift`) and of each step (`jitter`): an unchanged build
+    measured on a machine that is only noisy."""
+    template = [b for b in json.load(open(FIXTURE))["benchmarks"]
+                if b["run_type"] == "iteration" and b["run_name"] == "mlp/single/world:1"][0]
+    doc = json.load(open(FIXTURE))
+    doc["benchmarks"] = []
+    for k in range(cases):
+        for i in range(repetitions):
+            b = copy.deepcopy(template)
+            b["name"] = b["run_name"] = f"case{k}"
+            b["repetition_index"], b["repetitions"] = i, repetitions
+            level = 25.0 * math.exp(rng.gauss(0, drift))
+            b["ddpbench"]["step_times_ms"] = [level * math.exp(rng.gauss(0, jitter)) for _ in range(steps)]
+            b["real_time"] = sum(b["ddpbench"]["step_times_ms"]) / steps
+            doc["benchmarks"].append(b)
+    return doc
+
+
+def test_the_intervals_share_the_confidence_so_more_cases_are_no_more_false_regressions():
+    # 5 unchanged cases: with each interval at 95% the gate would call the build slower whenever any
+    # of 10 intervals (5 quartiles, 5 means) strayed above the truth; sharing the 5%, it does so at
+    # most 5% of the time. A minimum effect of 0 makes "slower" exactly "the interval misses the
+    # truth, above it".
+    rng = random.Random(7)
+    trials, shared, each_alone = 400, 0, 0
+    for _ in range(trials):
+        a, b = synthetic_run(rng, 5), synthetic_run(rng, 5)
+        result = compare.compare(a, b, min_effect=0)
+        assert result.interval_confidence == pytest.approx(1 - 2 * 0.05 / 10)
+        shared += result.regressed
+        # the same data, each interval at 95%: a case compared alone has two intervals, and two
+        # share 95% as 95% each (an interval errs above with half its 5%)
+        assert compare.shared_confidence(0.95, 2) == pytest.approx(0.95)
+        each_alone += result.regressed or any(
+            compare.compare(one_case(a, k), one_case(b, k), 0, 0.95).regressed for k in range(5))
+    assert shared / trials <= 0.05
+    assert each_alone / trials > 0.08  # what the shared confidence guards against
+    assert each_alone > 2 * shared
+
+
+def one_case(doc, k):
+    out = copy.deepcopy(doc)
+    out["benchmarks"] = [b for b in doc["benchmarks"] if b["run_name"] == f"case{k}"]
+    return out
+
+
+def test_the_table_states_each_intervals_confidence_and_the_whole_one(tmp_path):
+    slower = scaled(FIXTURE, 1.2, tmp_path, "slower.json")
+    r = run_compare(FIXTURE, slower)
+    # 2 cases with per-step times: 4 intervals sharing 5%, 2.5% each (1.25% on the side of slower)
+    assert "97.5% interval" in r.stdout
+    assert ("intervals at 97.5% each: an unchanged build is called slower anywhere in the table at most 5% of the "
+            "time" in r.stdout)
+    result = compare.compare(json.load(open(FIXTURE)), json.load(open(slower)))
+    samples = results.case_samples(json.load(open(FIXTURE)))["mlp/single/world:1"].repetition_quartile_ms
+    low, high = stats.ratio_interval(samples, [s * 1.2 for s in samples], 0.975)
+    assert result.cases[0].interval == pytest.approx((low - 1, high - 1))
