@@ -96,6 +96,14 @@ def run_ab(exe, args, out, slow_by):
     return r.returncode, verdicts
 
 
+def tally(o, code, verdicts):
+    """One gate's outcome into its condition's counts: the exit code's kind and each case's verdict."""
+    o[{1: "regression", 3: "inconclusive", 0: "pass"}[code]] += 1
+    for name, v in verdicts.items():
+        o["case_verdicts"].setdefault(name, {}).setdefault(v, 0)
+        o["case_verdicts"][name][v] += 1
+
+
 def record_path(workdir, side, i, strategy):
     return os.path.join(workdir, "record", f"{side}-{i}-{strategy}.json")
 
@@ -182,7 +190,8 @@ def replay_one(rec, side, order, rule="shared", max_rounds=AB_MAX_ROUNDS, max_ti
     rounds `order` of the baseline and `side`: its exit code, per-case verdicts, rounds and
     seconds. rule: RULES, to show what sharing the confidence among the intervals changes on the
     same data."""
-    intervals = 2 * len(rec.strategies)  # every case has per-step times: a quartile and a mean interval
+    # every case has per-step times (a quartile and a mean interval); one workload: a case a strategy
+    intervals = 2 * len(rec.strategies)
     elapsed = []
 
     def next_round(n):
@@ -222,12 +231,9 @@ def replay(workdir, slowdowns, resamples, seed, log):
                 o = outcomes[float(s)]
                 for order in orders:
                     code, verdicts, n, seconds = replay_one(rec, s, order, rule)
-                    o[{1: "regression", 3: "inconclusive", 0: "pass"}[code]] += 1
+                    tally(o, code, verdicts)
                     o["rounds"] += n / len(orders)
                     o["seconds"] += seconds / len(orders)
-                    for name, v in verdicts.items():
-                        o["case_verdicts"].setdefault(name, {}).setdefault(v, 0)
-                        o["case_verdicts"][name][v] += 1
             measured.append({"setting": f"ab-replay, {design}, intervals {rule}", "args": SETTINGS["ab"], "rounds": len(orders),
                              "seconds_per_round": float("nan"), "conditions": {str(k): v for k, v in outcomes.items()},
                              "recorded_rounds": rec.rounds})
@@ -269,11 +275,7 @@ def measure(exe, setting, extra, rounds, slowdowns, workdir, log):
             else:
                 cur = run_ddpbench(exe, SETTINGS[setting] + extra, os.path.join(workdir, f"{setting}-{i}-{s}.json"), s)
                 code, verdicts = gate(base, cur)
-            o = outcomes[s]
-            o[{1: "regression", 3: "inconclusive", 0: "pass"}[code]] += 1
-            for name, v in verdicts.items():
-                o["case_verdicts"].setdefault(name, {}).setdefault(v, 0)
-                o["case_verdicts"][name][v] += 1
+            tally(outcomes[s], code, verdicts)
         seconds.append(time.monotonic() - started)
         log(f"{setting}: round {i + 1}/{rounds} in {seconds[-1]:.0f} s")
     return {"setting": setting, "args": SETTINGS[setting] + extra, "rounds": rounds,
@@ -300,11 +302,7 @@ def analyze(workdir, setting, slowdowns):
                 code, verdicts = gate(*pair, paired=True)
             else:
                 code, verdicts = gate(base, results.load(os.path.join(workdir, f"{setting}-{i}-{s}.json")))
-            o = outcomes[s]
-            o[{1: "regression", 3: "inconclusive", 0: "pass"}[code]] += 1
-            for name, v in verdicts.items():
-                o["case_verdicts"].setdefault(name, {}).setdefault(v, 0)
-                o["case_verdicts"][name][v] += 1
+            tally(outcomes[s], code, verdicts)
         i += 1
     return {"setting": setting, "args": SETTINGS[setting], "rounds": i, "seconds_per_round": float("nan"),
             "conditions": {str(k): v for k, v in outcomes.items()}}

@@ -251,6 +251,6 @@ def main(argv=None):
         print(f"ddpbench-ab: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(compare.format_table(comparison, markdown=args.markdown, min_effect=args.min_effect))
-    print(f"paired over {rounds} interleaved rounds; this look's verdicts together at {confidence * 100:.2f}%, "
+    print(f"paired over {rounds} interleaved rounds; this look had {confidence * 100:.2f}% of the confidence, "
           f"{args.confidence * 100:g}% over all {len(looks(args.max_rounds))} looks; files in {args.out}")
     return comparison.exit_code(args.allow_inconclusive)
