@@ -13,10 +13,10 @@
 #include <mutex>
 #include <thread>
 
-#include "harness/build_info.h"
-#include "harness/counting_allocator.h"
-#include "harness/device_transfer.h"
-#include "harness/torch_compat.h"
+#include "base/build_info.h"
+#include "devices/counting_allocator.h"
+#include "devices/device_transfer.h"
+#include "compat/torch_compat.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "harness/errors.h"
+#include "base/errors.h"
 
 namespace ddpbench {
 

@@ -12,8 +12,8 @@
 #include <memory>
 #include <sstream>
 
-#include "harness/errors.h"
-#include "harness/torch_compat.h"
+#include "base/errors.h"
+#include "compat/torch_compat.h"
 #include "models/model_spec.h"
 #include "optim/optimizers.h"
 #include "workloads/workload.h"

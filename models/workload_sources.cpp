@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "harness/errors.h"
+#include "base/errors.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {

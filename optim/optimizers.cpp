@@ -13,7 +13,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "harness/torch_compat.h"
+#include "compat/torch_compat.h"
 
 namespace ddpbench {
 namespace {

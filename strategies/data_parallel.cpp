@@ -1,6 +1,6 @@
 #include "strategies/data_parallel.h"
 
-#include "harness/counting_allocator.h"
+#include "devices/counting_allocator.h"
 
 namespace ddpbench {
 

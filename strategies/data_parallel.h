@@ -14,8 +14,8 @@
 #include <memory>
 #include <vector>
 
-#include "harness/device_workers.h"
-#include "harness/strategy.h"
+#include "devices/device_workers.h"
+#include "strategies/strategy.h"
 
 namespace ddpbench {
 

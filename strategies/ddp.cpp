@@ -8,11 +8,11 @@
 
 #include <sstream>
 
-#include "harness/atomic_file.h"
-#include "harness/process_group.h"
-#include "harness/strategy.h"
-#include "harness/torch_compat.h"
-#include "strategies/gradient_bucketer.h"
+#include "base/atomic_file.h"
+#include "distributed/process_group.h"
+#include "strategies/strategy.h"
+#include "compat/torch_compat.h"
+#include "collectives/gradient_bucketer.h"
 #include "workloads/batch_norm.h"
 
 namespace ddpbench {
@@ -68,7 +68,7 @@ void check_same_initial_state(const std::vector<torch::Tensor>& state, ProcessGr
 }
 
 // Rank 0 writes the plain model (SyncBatchNorm layers keep BatchNorm's names), atomically and only
-// over a regular file (the path was claimed before the run: harness/output_paths.h).
+// over a regular file (the path was claimed before the run: cli/output_paths.h).
 void save_checkpoint(torch::nn::Module& model, const std::string& path) {
   torch::serialize::OutputArchive archive;
   model.save(archive);

@@ -3,7 +3,7 @@
 // gradient: the memory pile-up and the gather cost this strategy exists to show.
 #include <torch/csrc/autograd/autograd.h>
 
-#include "harness/device_transfer.h"
+#include "devices/device_transfer.h"
 #include "strategies/data_parallel.h"
 
 namespace ddpbench {

@@ -2,7 +2,7 @@
 // (targets are scattered too); only the N scalar losses are gathered. Each replica's loss is
 // weighted by its share of the batch, so their sum, and its gradient, equal `single`'s mean loss
 // over the global batch, even for uneven splits.
-#include "harness/device_transfer.h"
+#include "devices/device_transfer.h"
 #include "strategies/data_parallel.h"
 
 namespace ddpbench {

@@ -12,11 +12,11 @@
 #include <atomic>
 #include <chrono>
 
-#include "harness/device_workers.h"
-#include "harness/stats.h"
-#include "harness/strategy.h"
-#include "harness/torch_compat.h"
-#include "harness/trace.h"
+#include "devices/device_workers.h"
+#include "base/stats.h"
+#include "strategies/strategy.h"
+#include "compat/torch_compat.h"
+#include "timing/trace.h"
 #include "strategies/hogwild_processes.h"
 #include "strategies/hogwild_worker.h"
 

@@ -15,10 +15,10 @@
 #include <new>
 #include <thread>
 
-#include "harness/child_process.h"
-#include "harness/device_set.h"
-#include "harness/errors.h"
-#include "harness/trace.h"
+#include "base/child_process.h"
+#include "devices/device_set.h"
+#include "base/errors.h"
+#include "timing/trace.h"
 #include "models/workload_sources.h"
 #include "strategies/hogwild_worker.h"
 

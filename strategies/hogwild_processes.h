@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "harness/data_loader.h"
-#include "harness/phase_recorder.h"
-#include "harness/precision.h"
-#include "harness/shared_memory.h"
+#include "data/data_loader.h"
+#include "timing/phase_recorder.h"
+#include "devices/precision.h"
+#include "distributed/shared_memory.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {

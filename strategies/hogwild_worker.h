@@ -20,9 +20,9 @@
 #include <optional>
 #include <vector>
 
-#include "harness/phase_recorder.h"
-#include "harness/precision.h"
-#include "harness/strategy.h"
+#include "timing/phase_recorder.h"
+#include "devices/precision.h"
+#include "strategies/strategy.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {

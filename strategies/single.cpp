@@ -1,6 +1,6 @@
 // `single`: one device trains on the whole global batch. The baseline every other strategy is
 // compared with, and the reference for their parity checks.
-#include "harness/strategy.h"
+#include "strategies/strategy.h"
 
 namespace ddpbench {
 namespace {

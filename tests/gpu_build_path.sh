@@ -31,7 +31,7 @@ grep -q "^DDPBENCH_GLOO_INCLUDE_DIR:PATH=$tmp/deps/include$" "$tmp/build/CMakeCa
   fail "Gloo's headers were not taken from the gathered folder: $(grep DDPBENCH_GLOO_INCLUDE_DIR "$tmp/build/CMakeCache.txt")"
 grep -q "googletest" "$tmp/build/CMakeCache.txt" || fail "GoogleTest was not built from the gathered sources"
 
-for object in harness/c10d_compat.cpp harness/cli.cpp; do
+for object in compat/c10d_compat.cpp cli/cli.cpp; do
   target="CMakeFiles/ddpbench_core.dir/$object.o"
   grep -q -- "-isystem $tmp/deps/include" <(ninja -C "$tmp/build" -t commands "$target" | tail -n 1) ||
     fail "$object is not compiled against the gathered headers"

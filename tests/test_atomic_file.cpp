@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "harness/atomic_file.h"
-#include "harness/errors.h"
-#include "test_support.h"
+#include "base/atomic_file.h"
+#include "base/errors.h"
+#include "tests/support/test_support.h"
 
 namespace ddpbench {
 namespace {

@@ -1,11 +1,11 @@
-// harness/batch_prefetcher: batches placed on their device a step ahead, and the --data-path names.
+// data/batch_prefetcher: batches placed on their device a step ahead, and the --data-path names.
 #include <gtest/gtest.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
-#include "harness/batch_prefetcher.h"
-#include "harness/counting_allocator.h"
-#include "harness/errors.h"
+#include "data/batch_prefetcher.h"
+#include "devices/counting_allocator.h"
+#include "base/errors.h"
 
 namespace ddpbench {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <csignal>
 
-#include "harness/child_process.h"
+#include "base/child_process.h"
 
 namespace ddpbench {
 namespace {

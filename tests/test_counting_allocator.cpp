@@ -4,8 +4,8 @@
 
 #include <thread>
 
-#include "harness/counting_allocator.h"
-#include "harness/memory_probe.h"
+#include "devices/counting_allocator.h"
+#include "devices/memory_probe.h"
 
 namespace ddpbench {
 namespace {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "harness/data_loader.h"
+#include "data/data_loader.h"
 
 namespace ddpbench {
 namespace {

@@ -7,10 +7,10 @@
 #include <chrono>
 #include <thread>
 
-#include "harness/counting_allocator.h"
-#include "harness/device_transfer.h"
-#include "harness/device_workers.h"
-#include "harness/runner.h"
+#include "devices/counting_allocator.h"
+#include "devices/device_transfer.h"
+#include "devices/device_workers.h"
+#include "run/runner.h"
 #include "strategies/data_parallel.h"
 
 namespace ddpbench {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "harness/explain.h"
+#include "views/explain.h"
 
 namespace ddpbench {
 namespace {

@@ -10,10 +10,10 @@
 #include <map>
 #include <set>
 
-#include "harness/runner.h"
-#include "harness/strategy.h"
+#include "run/runner.h"
+#include "strategies/strategy.h"
 #include "strategies/hogwild_worker.h"
-#include "test_support.h"
+#include "tests/support/test_support.h"
 
 namespace ddpbench {
 namespace {

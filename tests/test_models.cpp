@@ -5,11 +5,11 @@
 
 #include <mutex>
 
-#include "harness/errors.h"
+#include "base/errors.h"
 #include "models/model_spec.h"
 #include "models/scripted_workload.h"
 #include "models/workload_sources.h"
-#include "test_support.h"
+#include "tests/support/test_support.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {

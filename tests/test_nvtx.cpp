@@ -5,7 +5,7 @@
 #include <set>
 #include <sstream>
 
-#include "test_support.h"
+#include "tests/support/test_support.h"
 
 namespace ddpbench {
 namespace {

@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
-#include "harness/errors.h"
-#include "harness/output_paths.h"
-#include "test_support.h"
+#include "base/errors.h"
+#include "cli/output_paths.h"
+#include "tests/support/test_support.h"
 
 namespace ddpbench {
 namespace {

@@ -1,7 +1,7 @@
 // The datasheet peaks that achieved TFLOP/s is read against, by the names CUDA gives the devices.
 #include <gtest/gtest.h>
 
-#include "harness/peak_flops.h"
+#include "devices/peak_flops.h"
 
 namespace ddpbench {
 namespace {

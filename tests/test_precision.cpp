@@ -8,9 +8,9 @@
 
 #include <thread>
 
-#include "harness/cli.h"
-#include "harness/errors.h"
-#include "harness/precision.h"
+#include "cli/cli.h"
+#include "base/errors.h"
+#include "devices/precision.h"
 
 namespace ddpbench {
 namespace {

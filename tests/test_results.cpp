@@ -3,8 +3,8 @@
 
 #include <vector>
 
-#include "harness/results.h"
-#include "harness/stats.h"
+#include "records/results.h"
+#include "base/stats.h"
 
 namespace ddpbench {
 namespace {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "harness/stats.h"
+#include "base/stats.h"
 
 namespace ddpbench {
 namespace {

@@ -3,11 +3,11 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
-#include "harness/cli.h"
-#include "harness/rank_launcher.h"
-#include "harness/runner.h"
-#include "harness/strategy.h"
-#include "test_support.h"
+#include "cli/cli.h"
+#include "distributed/rank_launcher.h"
+#include "run/runner.h"
+#include "strategies/strategy.h"
+#include "tests/support/test_support.h"
 
 namespace ddpbench {
 namespace {

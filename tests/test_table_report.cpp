@@ -1,8 +1,8 @@
 // The terminal table as a view of run records: what it says of noise, precision and statuses.
 #include <gtest/gtest.h>
 
-#include "harness/results.h"
-#include "harness/table_report.h"
+#include "records/results.h"
+#include "views/table_report.h"
 
 namespace ddpbench {
 namespace {

@@ -6,8 +6,8 @@
 #include <map>
 #include <thread>
 
-#include "harness/trace.h"
-#include "tests/test_support.h"
+#include "timing/trace.h"
+#include "tests/support/test_support.h"
 
 namespace ddpbench {
 namespace {

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <thread>
 
-#include "harness/watchdog.h"
+#include "base/watchdog.h"
 
 namespace ddpbench {
 namespace {

@@ -5,9 +5,9 @@
 
 #include <map>
 
-#include "harness/counting_allocator.h"
-#include "harness/precision.h"
-#include "harness/torch_compat.h"
+#include "devices/counting_allocator.h"
+#include "devices/precision.h"
+#include "compat/torch_compat.h"
 #include "workloads/chunked_cross_entropy.h"
 #include "workloads/workload.h"
 

@@ -3,7 +3,7 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
-#include "harness/torch_compat.h"
+#include "compat/torch_compat.h"
 #include "workloads/batch_norm.h"
 #include "workloads/workload.h"
 

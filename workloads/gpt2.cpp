@@ -12,7 +12,7 @@
 
 #include <cmath>
 
-#include "harness/torch_compat.h"
+#include "compat/torch_compat.h"
 #include "optim/optimizers.h"
 #include "workloads/chunked_cross_entropy.h"
 #include "workloads/workload.h"

@@ -1,7 +1,7 @@
 // `mlp`, the reference workload; its definition is fixed by WORKLOADS.md so results compare across tools.
 #include <torch/nn/modules/linear.h>
 
-#include "harness/torch_compat.h"
+#include "compat/torch_compat.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {

@@ -2,7 +2,7 @@
 // batch x 32768 x 4 bytes there: the DataParallel pile-up made visible.
 #include <torch/nn/modules/linear.h>
 
-#include "harness/torch_compat.h"
+#include "compat/torch_compat.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {

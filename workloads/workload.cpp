@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "harness/errors.h"
-#include "harness/torch_compat.h"
+#include "base/errors.h"
+#include "compat/torch_compat.h"
 #include "optim/optimizers.h"
 
 namespace ddpbench {

@@ -9,7 +9,7 @@
 #include <torch/autograd.h>
 #include <torch/nn/modules/linear.h>
 
-#include "harness/torch_compat.h"
+#include "compat/torch_compat.h"
 #include "workloads/workload.h"
 
 namespace swish_example {

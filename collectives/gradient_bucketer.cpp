@@ -1,0 +1,260 @@
+#include "collectives/gradient_bucketer.h"
+
+#include <ATen/ops/mul.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace ddpbench {
+namespace {
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string mib(std::int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  return text;
+}
+
+}  // namespace
+
+// Fires after a parameter's gradient has been accumulated into .grad (a post-hook on its
+// AccumulateGrad node), which is when the value in .grad is final for this backward.
+class GradientBucketer::ReadyHook final : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(GradientBucketer* owner, std::size_t param) : owner_(owner), param_(param) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    owner_->on_gradient_ready(param_);
+    return outputs;
+  }
+
+ private:
+  GradientBucketer* owner_;
+  std::size_t param_;
+};
+
+GradientBucketer::GradientBucketer(std::vector<torch::Tensor> parameters, ProcessGroupContext& group,
+                                   BucketOptions options)
+    : parameters_(std::move(parameters)), group_(group), options_(options) {
+  if (parameters_.empty()) throw std::invalid_argument("GradientBucketer: no parameters");
+  bucket_of_.assign(parameters_.size(), 0);
+  slot_of_.assign(parameters_.size(), 0);
+
+  // Reverse registration order: the last layers' gradients are ready first in backward.
+  std::vector<std::vector<std::size_t>> layout;
+  std::int64_t bytes_in_bucket = 0;
+  for (std::size_t k = parameters_.size(); k-- > 0;) {
+    const auto& p = parameters_[k];
+    const std::int64_t bytes = p.numel() * static_cast<std::int64_t>(p.element_size());
+    const bool same_kind = !layout.empty() && parameters_[layout.back().front()].scalar_type() == p.scalar_type() &&
+                           parameters_[layout.back().front()].device() == p.device();
+    // The first bucket closes at its own (smaller) cap; later ones at --bucket-mb.
+    const double cap_mb = layout.size() == 1 ? options_.first_cap_mb : options_.cap_mb;
+    const auto current_cap = static_cast<std::int64_t>(cap_mb * (1 << 20));
+    if (layout.empty() || !same_kind || (bytes_in_bucket > 0 && bytes_in_bucket + bytes > current_cap)) {
+      layout.emplace_back();
+      bytes_in_bucket = 0;
+    }
+    layout.back().push_back(k);
+    bytes_in_bucket += bytes;
+  }
+
+  for (std::size_t b = 0; b < layout.size(); ++b) {
+    auto bucket = std::make_shared<Bucket>();
+    bucket->params = layout[b];
+    std::int64_t numel = 0;
+    for (auto k : bucket->params) numel += parameters_[k].numel();
+    if (b == 0) loss_offset_ = numel;
+    const auto& first = parameters_[bucket->params.front()];
+    bucket->flat = torch::zeros({numel + (b == 0 ? 1 : 0)}, first.options().requires_grad(false));
+    std::int64_t offset = 0;
+    for (std::size_t s = 0; s < bucket->params.size(); ++s) {
+      const auto k = bucket->params[s];
+      const auto& p = parameters_[k];
+      bucket->views.push_back(bucket->flat.narrow(0, offset, p.numel()).view(p.sizes()));
+      offset += p.numel();
+      bucket_of_[k] = b;
+      slot_of_[k] = s;
+    }
+    buckets_.push_back(std::move(bucket));
+  }
+
+  for (std::size_t k = 0; k < parameters_.size(); ++k) {
+    auto& p = parameters_[k];
+    if (options_.grad_as_bucket_view) p.mutable_grad() = buckets_[bucket_of_[k]]->views[slot_of_[k]];
+    auto accumulator = torch::autograd::impl::grad_accumulator(p);
+    accumulator->add_post_hook(std::make_unique<ReadyHook>(this, k));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+GradientBucketer::~GradientBucketer() {
+  // The model may outlive this bucketer: its accumulators must not call into a dead one.
+  for (auto& accumulator : accumulators_) {
+    auto& hooks = accumulator->post_hooks();
+    hooks.erase(std::remove_if(hooks.begin(), hooks.end(),
+                               [](const auto& h) { return dynamic_cast<ReadyHook*>(h.get()) != nullptr; }),
+                hooks.end());
+  }
+}
+
+std::int64_t GradientBucketer::bytes_per_step() const {
+  std::int64_t bytes = 0;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) bytes += bucket_bytes(b);
+  return bytes;
+}
+
+std::int64_t GradientBucketer::bucket_bytes(std::size_t bucket) const {
+  const auto& flat = buckets_.at(bucket)->flat;
+  return flat.numel() * static_cast<std::int64_t>(flat.element_size());
+}
+
+void GradientBucketer::mark_ready(Bucket& bucket) { bucket.ready = std::chrono::steady_clock::now(); }
+
+std::vector<std::vector<std::size_t>> GradientBucketer::bucket_layout() const {
+  std::vector<std::vector<std::size_t>> layout;
+  for (const auto& b : buckets_) layout.push_back(b->params);
+  return layout;
+}
+
+void GradientBucketer::prepare_step(double grad_scale, const torch::Tensor& loss, PhaseRecorder* phases) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  phases_ = phases;
+  scale_ = torch::scalar_tensor(grad_scale, buckets_[0]->flat.options());
+  for (auto& b : buckets_) {
+    b->pending = static_cast<std::int64_t>(b->params.size());
+    b->work.reset();
+    b->completed_ns = 0;
+  }
+  next_launch_ = 0;
+  ready_.assign(parameters_.size(), 0);
+  buckets_[0]->flat.narrow(0, loss_offset_, 1).copy_(loss.detach().reshape({1}));
+  armed_ = true;
+  backward_started_ = std::chrono::steady_clock::now();
+}
+
+void GradientBucketer::on_gradient_ready(std::size_t param) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!armed_ || ready_[param]) return;  // outside a ddp step, or a second accumulation (none in ddpbench)
+  ready_[param] = 1;
+  auto& bucket = *buckets_[bucket_of_[param]];
+  auto& view = bucket.views[slot_of_[param]];
+  const auto& grad = parameters_[param].grad();
+  torch::NoGradGuard no_grad;
+  if (options_.grad_as_bucket_view && grad.defined() && grad.data_ptr() == view.data_ptr()) {
+    view.mul_(scale_);  // accumulated in place already: only the averaging is left
+  } else {
+    at::mul_out(view, grad, scale_);  // copy and average in one pass
+  }
+  if (--bucket.pending == 0) mark_ready(bucket);
+  if (bucket.pending == 0 && options_.overlap) {
+    const std::size_t before = next_launch_;
+    launch_ready_buckets();
+    stats_.launched_during_backward += static_cast<std::int64_t>(next_launch_ - before);
+  }
+}
+
+void GradientBucketer::launch_ready_buckets() {
+  // Every rank must issue the same collectives in the same order: strictly bucket by bucket.
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_]->pending == 0) launch(*buckets_[next_launch_++]);
+}
+
+void GradientBucketer::launch(Bucket& bucket) {
+  bucket.launched = std::chrono::steady_clock::now();
+  bucket.range = phases_ ? phases_->begin_async("allreduce") : PhaseRecorder::AsyncRange{};
+  bucket.work = group_.allreduce_async(bucket.flat);
+  // The callback keeps the bucket alive: after a failed step it may fire after the bucketer is gone.
+  std::shared_ptr<Bucket> target;
+  for (const auto& b : buckets_) {
+    if (b.get() == &bucket) target = b;
+  }
+  bucket.work->getFuture()->addCallback([target](c10::ivalue::Future&) {
+    PhaseRecorder::end_async(target->range);  // before completed_ns: wait_all waits for that
+    target->completed_ns = now_ns();
+  });
+}
+
+void GradientBucketer::wait_all() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!armed_) throw std::logic_error("GradientBucketer::wait_all without prepare_step");
+    torch::NoGradGuard no_grad;
+    // A parameter that took no part in this backward still owes its bucket a (zero) gradient.
+    for (std::size_t k = 0; k < parameters_.size(); ++k) {
+      if (ready_[k]) continue;
+      auto& bucket = *buckets_[bucket_of_[k]];
+      bucket.views[slot_of_[k]].zero_();
+      if (--bucket.pending == 0) mark_ready(bucket);
+    }
+    launch_ready_buckets();
+    armed_ = false;
+  }
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    auto& bucket = *buckets_[b];
+    group_.wait(bucket.work, "all-reduce of bucket " + std::to_string(b) + " (" +
+                                 mib(bucket.flat.numel() * static_cast<std::int64_t>(bucket.flat.element_size())) + ")");
+  }
+  // Completion callbacks run right after the waiters wake; give them a moment to land.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  double busy = 0;
+  std::int64_t busy_end_ns = 0;
+  stats_.ready_seconds.resize(buckets_.size(), 0.0);
+  stats_.allreduce_seconds.resize(buckets_.size(), 0.0);
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    auto& bucket = buckets_[b];
+    while (bucket->completed_ns.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    const std::int64_t start =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(bucket->launched.time_since_epoch()).count();
+    const std::int64_t end = std::max(bucket->completed_ns.load(), start);
+    stats_.ready_seconds[b] += std::chrono::duration<double>(bucket->ready - backward_started_).count();
+    stats_.allreduce_seconds[b] += static_cast<double>(end - start) * 1e-9;
+    const std::int64_t from = std::max(start, busy_end_ns);  // union of the intervals
+    if (end > from) busy += static_cast<double>(end - from) * 1e-9;
+    busy_end_ns = std::max(busy_end_ns, end);
+  }
+  stats_.steps += 1;
+  stats_.bytes += bytes_per_step();
+  stats_.collectives += static_cast<std::int64_t>(buckets_.size());
+  stats_.busy_seconds += busy;
+}
+
+torch::Tensor GradientBucketer::unpack() {
+  torch::NoGradGuard no_grad;
+  for (std::size_t k = 0; k < parameters_.size(); ++k) {
+    auto& p = parameters_[k];
+    const auto& view = buckets_[bucket_of_[k]]->views[slot_of_[k]];
+    if (p.grad().defined() && p.grad().data_ptr() == view.data_ptr()) continue;  // a bucket view: reduced in place
+    if (p.grad().defined()) {
+      p.mutable_grad().copy_(view);
+    } else {
+      p.mutable_grad() = view.clone();
+    }
+  }
+  return buckets_[0]->flat.narrow(0, loss_offset_, 1).clone().reshape({});
+}
+
+void GradientBucketer::zero_grad() {
+  torch::NoGradGuard no_grad;
+  if (options_.grad_as_bucket_view) {
+    for (auto& b : buckets_) b->flat.zero_();
+    for (std::size_t k = 0; k < parameters_.size(); ++k) {
+      const auto& view = buckets_[bucket_of_[k]]->views[slot_of_[k]];
+      if (!parameters_[k].grad().defined() || parameters_[k].grad().data_ptr() != view.data_ptr()) {
+        parameters_[k].mutable_grad() = view;
+      }
+    }
+    return;
+  }
+  for (auto& p : parameters_) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
+}
+
+}  // namespace ddpbench

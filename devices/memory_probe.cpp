@@ -1,0 +1,78 @@
+#include "devices/memory_probe.h"
+
+#include <fstream>
+#include <string>
+
+#include "devices/counting_allocator.h"
+#include "compat/torch_compat.h"
+
+namespace ddpbench {
+
+MemoryProbe::MemoryProbe(const DeviceSet& devices, int devices_used, int first_cuda_device)
+    : devices_(devices), devices_used_(devices_used), first_cuda_device_(first_cuda_device) {}
+
+void MemoryProbe::begin_case() {
+  held_before_.assign(static_cast<size_t>(devices_used_), std::nullopt);
+  for (int d = 0; d < devices_used_; ++d) {
+    if (devices_.is_cuda()) {
+      compat::cuda_release_cached_memory(first_cuda_device_ + d);
+      held_before_[static_cast<size_t>(d)] = compat::cuda_allocated_bytes(first_cuda_device_ + d);
+    } else if (CpuMemoryCounter::installed()) {
+      held_before_[static_cast<size_t>(d)] = CpuMemoryCounter::current_bytes(d);
+    }
+  }
+}
+
+void MemoryProbe::reset() {
+  if (devices_.is_cuda()) {
+    for (int d = 0; d < devices_used_; ++d) compat::cuda_reset_peak_memory(first_cuda_device_ + d);
+  } else {
+    CpuMemoryCounter::reset_peaks();
+  }
+  // Writing 5 to clear_refs restarts VmHWM (Linux >= 4.0); where refused, the peak spans the process.
+  std::ofstream clear("/proc/self/clear_refs");
+  if (clear) clear << "5";
+}
+
+std::vector<DeviceMemory> MemoryProbe::read() const {
+  std::vector<DeviceMemory> out;
+  for (int d = 0; d < devices_used_; ++d) {
+    DeviceMemory m;
+    m.device = d;
+    m.kind = devices_.kind();
+    if (devices_.is_cuda()) {
+      m.device = first_cuda_device_ + d;
+      const auto peak = compat::cuda_peak_memory(m.device);
+      m.peak_allocated_bytes = peak.peak_allocated_bytes;
+      m.peak_reserved_bytes = peak.peak_reserved_bytes;
+    } else if (CpuMemoryCounter::installed()) {
+      m.peak_allocated_bytes = CpuMemoryCounter::peak_bytes(d);
+    }
+    if (static_cast<size_t>(d) < held_before_.size()) m.held_before_bytes = held_before_[static_cast<size_t>(d)];
+    out.push_back(m);
+  }
+  return out;
+}
+
+std::optional<std::int64_t> MemoryProbe::process_peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // reported in kB
+  }
+  return std::nullopt;
+}
+
+std::optional<double> memory_imbalance(const std::vector<DeviceMemory>& memory) {
+  if (memory.size() < 2 || !memory[0].peak_allocated_bytes) return std::nullopt;
+  double others = 0;
+  for (size_t i = 1; i < memory.size(); ++i) {
+    if (!memory[i].peak_allocated_bytes) return std::nullopt;
+    others += static_cast<double>(*memory[i].peak_allocated_bytes);
+  }
+  others /= static_cast<double>(memory.size() - 1);
+  if (others <= 0) return std::nullopt;
+  return static_cast<double>(*memory[0].peak_allocated_bytes) / others;
+}
+
+}  // namespace ddpbench

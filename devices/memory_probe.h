@@ -1,0 +1,47 @@
+#pragma once
+// Peak memory per device for one measured window: the CUDA caching allocator's peaks on GPUs, the
+// counting CPU allocator's per-virtual-device peaks on CPU, and the process's peak RSS.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "devices/device_set.h"
+
+namespace ddpbench {
+
+struct DeviceMemory {
+  int device = 0;
+  DeviceKind kind = DeviceKind::Cpu;
+  std::optional<std::int64_t> peak_allocated_bytes;
+  std::optional<std::int64_t> peak_reserved_bytes;  // CUDA only: the caching allocator's reservation
+  // Bytes already held on the device when the repetition began, before its strategy was built:
+  // what earlier cases left there. Part of every peak above; 0 when cases are measured like with like.
+  std::optional<std::int64_t> held_before_bytes;
+};
+
+class MemoryProbe {
+ public:
+  // Devices [first_cuda_device, first_cuda_device + devices_used) on CUDA (a rank probes its own);
+  // on CPU the virtual devices 0.. of this process.
+  MemoryProbe(const DeviceSet& devices, int devices_used, int first_cuda_device = 0);
+  // Before a repetition's strategy exists: gives back what this process keeps on its devices for no
+  // tensor (cuBLAS workspaces of earlier cases' streams, the caching allocator's free blocks), so
+  // one case's leftovers do not count in the next one's peak, and notes what is still held.
+  void begin_case();
+  // Starts a window: peaks restart from what is held now.
+  void reset();
+  std::vector<DeviceMemory> read() const;
+  // Peak resident set of this process since the last reset (VmHWM), if the kernel reports it.
+  static std::optional<std::int64_t> process_peak_rss_bytes();
+
+ private:
+  const DeviceSet& devices_;
+  int devices_used_;
+  int first_cuda_device_;
+  std::vector<std::optional<std::int64_t>> held_before_;
+};
+
+// peak(device 0) / mean(peak of the others); none with fewer than two devices or no figures.
+std::optional<double> memory_imbalance(const std::vector<DeviceMemory>& memory);
+
+}  // namespace ddpbench

@@ -1,0 +1,179 @@
+#include "distributed/process_group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "compat/torch_compat.h"
+
+namespace ddpbench {
+namespace {
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+std::string seconds(std::chrono::milliseconds t) {
+  std::ostringstream out;
+  out << static_cast<double>(t.count()) / 1000.0;
+  return out.str();
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+std::string as_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::vector<uint8_t> as_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+c10::intrusive_ptr<c10d::Store> connect_store(const RankEnv& env, std::chrono::milliseconds timeout) {
+  compat::TcpStoreSettings settings;
+  settings.port = static_cast<std::uint16_t>(env.master_port);
+  settings.is_server = env.rank == 0 && !env.launcher_hosts_store;
+  settings.timeout = timeout;  // ranks are counted below, with a clear error when they disagree
+  const std::string where = "MASTER_ADDR=" + env.master_addr + " MASTER_PORT=" + std::to_string(env.master_port);
+  try {
+    return compat::make_tcp_store(env.master_addr, settings);
+  } catch (const std::exception& e) {
+    if (settings.is_server) {
+      throw UsageError(where + ": rank 0 cannot host the rendezvous there (port taken or address not local): " +
+                       first_line(e.what()));
+    }
+    throw UsageError(where + ": rendezvous unreachable within " + seconds(timeout) + " s (--timeout): " +
+                     first_line(e.what()));
+  }
+}
+
+// Every rank publishes its world size; each compares with rank 0's, and rank 0 with everyone's, so
+// inconsistent launches fail fast on both sides instead of waiting for ranks that will never come.
+void agree_on_world_size(c10d::Store& store, const RankEnv& env, std::chrono::milliseconds timeout) {
+  const std::string mine = std::to_string(env.world_size);
+  if (store.add("claims/" + std::to_string(env.rank), 1) > 1) {
+    throw UsageError("RANK=" + std::to_string(env.rank) + ": another process already joined as this rank");
+  }
+  store.set("world_size/" + std::to_string(env.rank), as_bytes(mine));
+  auto read = [&](int rank) {
+    const std::string key = "world_size/" + std::to_string(rank);
+    try {
+      store.wait({key}, timeout);
+    } catch (const std::exception&) {
+      throw UsageError("WORLD_SIZE=" + mine + ": rank " + std::to_string(rank) + " did not join within " +
+                       seconds(timeout) + " s (--timeout)");
+    }
+    return as_string(store.get(key));
+  };
+  const auto disagree = [&](int rank, const std::string& theirs) {
+    return UsageError("WORLD_SIZE=" + mine + " here (rank " + std::to_string(env.rank) + ") but rank " +
+                      std::to_string(rank) + " has WORLD_SIZE=" + theirs + ": every rank must be launched alike");
+  };
+  const auto seen = [](int rank) { return "world_size_seen/" + std::to_string(rank); };
+  if (env.rank != 0) {
+    const std::string theirs = read(0);
+    store.set(seen(env.rank), as_bytes("1"));  // rank 0 may leave now: this rank has its answer
+    if (theirs != mine) throw disagree(0, theirs);
+  } else {
+    for (int r = 1; r < env.world_size; ++r) {
+      const std::string theirs = read(r);
+      if (theirs == mine) continue;
+      // Rank 0 hosts the store: leaving at once would cut rank r off before it read rank 0's
+      // world size, and it would fail with a broken connection instead of this one line.
+      try {
+        store.wait({seen(r)}, std::min(timeout, std::chrono::milliseconds(5000)));
+      } catch (const std::exception&) {
+        // it has gone already, or is stuck: its own timeout speaks for it
+      }
+      throw disagree(r, theirs);
+    }
+  }
+}
+
+}  // namespace
+
+ProcessGroupContext::ProcessGroupContext(c10::intrusive_ptr<c10d::Store> store, int rank, int size, DeviceKind kind,
+                                         std::chrono::milliseconds timeout, const std::string& hostname)
+    : store_(std::move(store)), rank_(rank), size_(size), kind_(kind), timeout_(timeout) {
+  auto group_store = c10::make_intrusive<c10d::PrefixStore>("group/", store_);
+  if (kind == DeviceKind::Cuda) {
+    group_ = compat::make_nccl_group(group_store, rank, size, timeout);
+  } else {
+    const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
+    group_ = compat::make_gloo_group(group_store, rank, size, timeout, hostname, interface ? interface : "");
+  }
+}
+
+ProcessGroupContext::~ProcessGroupContext() { compat::shutdown_group(group_); }
+
+std::unique_ptr<ProcessGroupContext> ProcessGroupContext::join(const RankEnv& env, DeviceKind kind,
+                                                               std::chrono::milliseconds timeout) {
+  if (kind == DeviceKind::Cuda) compat::cuda_set_device(env.local_rank);  // before the first collective
+  auto tcp = connect_store(env, timeout);
+  auto store = c10::make_intrusive<c10d::PrefixStore>(env.store_prefix, tcp);
+  store->setTimeout(timeout);
+  agree_on_world_size(*store, env, timeout);
+  // Gloo binds one address for its pairs: loopback for a one-host rendezvous, else this host's name.
+  std::string hostname = "127.0.0.1";
+  if (!is_loopback(env.master_addr)) {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    hostname = name;
+  }
+  try {
+    auto group = std::make_unique<ProcessGroupContext>(store, env.rank, env.world_size, kind, timeout, hostname);
+    group->local_rank_ = env.local_rank;
+    return group;
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CommFailure("rank " + std::to_string(env.rank) + ": process group setup failed: " + first_line(e.what()));
+  }
+}
+
+std::string ProcessGroupContext::backend_name() const { return group_->getBackendName(); }
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupContext::allreduce_async(const torch::Tensor& flat) {
+  std::vector<torch::Tensor> tensors{flat};  // one flat tensor: Gloo would also sum across a list
+  return group_->allreduce(tensors);
+}
+
+void ProcessGroupContext::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const {
+  try {
+    work->wait(timeout_);
+  } catch (const std::exception& e) {
+    throw CommFailure(what + " failed on rank " + std::to_string(rank_) + " (a peer died, hung or timed out after " +
+                      seconds(timeout_) + " s): " + first_line(e.what()));
+  }
+}
+
+void ProcessGroupContext::allreduce(const torch::Tensor& flat, const std::string& what) {
+  wait(allreduce_async(flat), what);
+}
+
+void ProcessGroupContext::broadcast_from_rank0(const std::vector<torch::Tensor>& tensors, const std::string& what) {
+  std::vector<torch::ScalarType> dtypes;
+  for (const auto& t : tensors) {
+    if (std::find(dtypes.begin(), dtypes.end(), t.scalar_type()) == dtypes.end()) dtypes.push_back(t.scalar_type());
+  }
+  for (auto dtype : dtypes) {
+    std::vector<torch::Tensor> group;
+    for (const auto& t : tensors) {
+      if (t.scalar_type() == dtype) group.push_back(t.detach().reshape({-1}));
+    }
+    std::vector<torch::Tensor> flat{torch::cat(group)};
+    wait(group_->broadcast(flat), what);
+    std::int64_t offset = 0;
+    torch::NoGradGuard no_grad;
+    for (const auto& t : tensors) {
+      if (t.scalar_type() != dtype) continue;
+      t.detach().copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
+    }
+  }
+}
+
+void ProcessGroupContext::barrier(const std::string& what) {
+  // A one-element all-reduce: a barrier that also works on NCCL without a device hint.
+  auto options = torch::TensorOptions().device(kind_ == DeviceKind::Cuda ? torch::Device(torch::kCUDA, local_rank_)
+                                                                          : torch::Device(torch::kCPU));
+  allreduce(torch::zeros({1}, options), what);
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,67 @@
+#pragma once
+// This process's membership of a group of ranks: the rendezvous store and the c10d process group
+// (Gloo on CPU, NCCL on CUDA), with the few collectives the harness and the ddp strategy use.
+// Every wait is bounded by --timeout; a peer that died or hung surfaces as a CommFailure.
+#include <torch/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compat/c10d_compat.h"
+#include "devices/device_set.h"
+#include "base/errors.h"
+#include "distributed/rank_env.h"
+
+namespace ddpbench {
+
+// A collective that failed or timed out: a peer died, hung, or the network broke.
+class CommFailure : public CaseFailure {
+ public:
+  using CaseFailure::CaseFailure;
+};
+
+class ProcessGroupContext {
+ public:
+  // Joins the group `env` describes: connects to (or, as rank 0 without a launcher, hosts) the
+  // store, checks that every rank agrees on the world size, then builds the process group. Bad
+  // environment, a taken port, an unreachable MASTER_ADDR or disagreeing ranks throw UsageError
+  // naming the variable, within `timeout`.
+  static std::unique_ptr<ProcessGroupContext> join(const RankEnv& env, DeviceKind kind, std::chrono::milliseconds timeout);
+  // A group over an existing store (threads as ranks in the tests).
+  ProcessGroupContext(c10::intrusive_ptr<c10d::Store> store, int rank, int size, DeviceKind kind,
+                      std::chrono::milliseconds timeout, const std::string& hostname = "127.0.0.1");
+  // Shuts the process group down (NCCL's communicators released, no exit-time warning).
+  ~ProcessGroupContext();
+  ProcessGroupContext(const ProcessGroupContext&) = delete;
+  ProcessGroupContext& operator=(const ProcessGroupContext&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  DeviceKind kind() const { return kind_; }
+  std::string backend_name() const;
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  c10d::Store& store() { return *store_; }
+
+  // Starts an all-reduce (sum) of one flat tensor; wait with wait().
+  c10::intrusive_ptr<c10d::Work> allreduce_async(const torch::Tensor& flat);
+  // Waits within the timeout; throws CommFailure saying what was awaited.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const;
+  void allreduce(const torch::Tensor& flat, const std::string& what);
+  // Rank 0's values into every rank's `tensors` (flattened per dtype: one collective each).
+  void broadcast_from_rank0(const std::vector<torch::Tensor>& tensors, const std::string& what);
+  void barrier(const std::string& what);
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<compat::CollectiveBackend> group_;
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  DeviceKind kind_ = DeviceKind::Cpu;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace ddpbench

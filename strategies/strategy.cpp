@@ -1,0 +1,50 @@
+#include "strategies/strategy.h"
+
+#include <algorithm>
+
+#include "base/errors.h"
+
+namespace ddpbench {
+
+OptimizerFactory training_optimizer(const Workload& workload) {
+  return [&workload](std::vector<torch::Tensor> params) { return workload.make_optimizer(std::move(params)); };
+}
+
+OptimizerFactory parity_optimizer(const Workload& workload) {
+  return [&workload](std::vector<torch::Tensor> params) { return workload.make_parity_optimizer(std::move(params)); };
+}
+
+const char* to_string(HogwildMode mode) { return mode == HogwildMode::Threads ? "threads" : "processes"; }
+
+std::string CaseSpec::name() const { return workload + "/" + strategy + "/world:" + std::to_string(world_size); }
+
+StrategyRegistry& StrategyRegistry::instance() {
+  static StrategyRegistry registry;
+  return registry;
+}
+
+void StrategyRegistry::add(StrategyInfo info) {
+  for (const auto& s : strategies_) {
+    if (s.name == info.name) throw std::logic_error("strategy '" + info.name + "' registered twice");
+  }
+  strategies_.push_back(std::move(info));
+  std::stable_sort(strategies_.begin(), strategies_.end(),
+                   [](const StrategyInfo& a, const StrategyInfo& b) { return a.display_order < b.display_order; });
+}
+
+const StrategyInfo& StrategyRegistry::get(const std::string& name) const {
+  for (const auto& s : strategies_) {
+    if (s.name == name) return s;
+  }
+  std::string known;
+  for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
+  throw UsageError("--strategy: unknown strategy '" + name + "' (known: " + known + ", all)");
+}
+
+std::vector<std::string> StrategyRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& s : strategies_) out.push_back(s.name);
+  return out;
+}
+
+}  // namespace ddpbench

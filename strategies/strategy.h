@@ -1,0 +1,204 @@
+#pragma once
+// A parallel-training strategy: one class in one file under strategies/, registered by name with
+// one line. The harness owns the loop, the timing, the NVTX ranges and the memory probes; a
+// strategy only fills in the hooks below (public non-virtual methods call the protected do_*).
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/data_loader.h"
+#include "devices/device_set.h"
+#include "timing/phase_recorder.h"
+#include "devices/precision.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+
+class ProcessGroupContext;
+
+// Flags that shape one strategy's mechanics (the ones not every strategy shares).
+struct DdpOptions {
+  double bucket_mb = 25;             // --bucket-mb
+  bool overlap = true;               // --no-overlap turns it off
+  bool grad_as_bucket_view = false;  // --grad-as-bucket-view
+  bool sync_bn = false;              // --sync-bn
+  std::string checkpoint_path;       // --checkpoint (empty: none)
+  int checkpoint_every = 0;          // --checkpoint-every (0: at the end of each repetition)
+};
+
+// How Hogwild's workers run (docs/hogwild.md).
+enum class HogwildMode { Threads, Processes };
+const char* to_string(HogwildMode mode);
+
+struct HogwildOptions {
+  HogwildMode mode = HogwildMode::Threads;  // --hogwild-mode
+  int sync_every = 1;                       // --sync-every: 1 is plain Hogwild
+  int workers = 0;                          // --workers: 0 is one per device
+  std::string worker_executable;            // the ddpbench binary, started for processes mode
+};
+
+struct StrategyOptions {
+  DdpOptions ddp;
+  HogwildOptions hogwild;
+};
+
+// One point of the sweep: a workload under a strategy on `world_size` devices.
+struct CaseSpec {
+  std::string workload;
+  std::string strategy;
+  int world_size = 1;
+  std::int64_t global_batch = 0;
+  // "<workload>/<strategy>/world:<N>", the benchmark name in the JSON.
+  std::string name() const;
+};
+
+// What a communicating strategy all-reduced per step, averaged over the steps since the last reset.
+struct CommSummary {
+  std::string backend;                      // "gloo", "nccl"
+  int world_size = 1;
+  std::int64_t bytes_per_step = 0;          // all-reduced payload per rank and step
+  int buckets = 0;                          // collectives per step
+  double allreduce_seconds_per_step = 0;    // time some all-reduce was in flight, per step
+  // Each bucket in launch order, what a projection to other world sizes and networks replays
+  // (scripts/ddpbench-project): its payload, when its last gradient was ready (from the start of
+  // backward) and how long its all-reduce took from launch to completion, per step.
+  struct Bucket {
+    std::int64_t bytes = 0;
+    double ready_seconds = 0;
+    double allreduce_seconds = 0;
+  };
+  std::vector<Bucket> bucket_timeline;
+};
+
+// What an asynchronous strategy's workers did since the last reset: how stale their updates were.
+struct AsyncSummary {
+  std::string mode;                  // "threads", "processes"
+  int workers = 0;
+  int sync_every = 1;
+  std::int64_t updates = 0;          // writes into the shared parameters
+  // Staleness of an update: how many other updates landed between the worker's read of the shared
+  // parameters and its write, from the shared update counter.
+  double staleness_median = 0;
+  std::int64_t staleness_max = 0;
+  double staleness_mean = 0;
+  std::vector<std::int64_t> worker_peak_rss_bytes;  // processes mode: each worker process's peak
+};
+
+using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
+
+struct StrategySetup {
+  const Workload& workload;
+  const CaseSpec& spec;
+  const DeviceSet& devices;
+  ModelPtr model;  // freshly initialised on the CPU from the run's seed; the strategy owns it now
+  // The harness chooses the optimizer: the workload's for timed runs, its parity optimizer for the
+  // parity check. Strategies build theirs with this, never with the workload directly.
+  OptimizerFactory make_optimizer;
+  StrategyOptions options{};
+  int steps_per_run = 0;                           // warm-up plus measured (or parity) steps
+  ProcessGroupContext* process_group = nullptr;    // this process's rank group (multi-process strategies)
+  // The run is the parity check (make_optimizer is the workload's parity optimizer), for strategies
+  // that must rebuild the optimizer elsewhere, in another process.
+  bool parity_run = false;
+  double timeout_seconds = 300;  // --timeout: how long a strategy's own workers may take to answer
+  // --dtype: forward passes run in an AutocastScope, optimizers step through a LossScaler.
+  Precision precision = Precision::Fp32;
+  // True once the run is asked to stop (SIGINT, SIGTERM): a strategy that waits on its own
+  // workers checks it while waiting and throws RunInterrupted, so no wait outlasts a signal.
+  std::function<bool()> stop_requested = [] { return false; };
+};
+
+// The workload's own optimizer, for timed runs.
+OptimizerFactory training_optimizer(const Workload& workload);
+// The workload's parity optimizer, for the parity check.
+OptimizerFactory parity_optimizer(const Workload& workload);
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  // Why this case cannot run here (reported as skipped), or nothing.
+  std::optional<std::string> unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
+                                                const StrategyOptions& options) const {
+    return do_unsupported_reason(spec, devices, options);
+  }
+  // The part of each global batch this process trains on.
+  DataShard data_shard() const { return do_data_shard(); }
+  // The one device this process's whole share of each batch goes to, where the harness may place
+  // batches ahead of the step (--data-path prefetch or device); nothing where the strategy spreads
+  // a batch over devices itself (dp's scatter) or hands it to other processes. Valid after setup.
+  std::optional<c10::Device> batch_device() const { return do_batch_device(); }
+  void setup(const StrategySetup& setup) { do_setup(setup); }
+  // One training step on `batch`; returns the step's loss over the global batch (a detached scalar).
+  // Marks its phases on `phases`; the harness times the whole step around it.
+  torch::Tensor step(const Batch& batch, PhaseRecorder& phases) { return do_step(batch, phases); }
+  // The trained parameters as one model would hold them, for the parity check against `single`.
+  std::vector<torch::Tensor> trained_parameters() { return do_trained_parameters(); }
+  // Communication since the last reset (strategies that all-reduce), or nothing.
+  std::optional<CommSummary> comm_summary() const { return do_comm_summary(); }
+  // Staleness and update counts since the last reset (asynchronous strategies), or nothing.
+  std::optional<AsyncSummary> async_summary() const { return do_async_summary(); }
+  // Called when the measured steps begin: communication and staleness count from here.
+  void reset_measured_stats() { do_reset_measured_stats(); }
+
+ protected:
+  virtual std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet&,
+                                                           const StrategyOptions&) const {
+    return std::nullopt;
+  }
+  virtual DataShard do_data_shard() const { return {}; }
+  virtual std::optional<c10::Device> do_batch_device() const { return std::nullopt; }
+  virtual void do_setup(const StrategySetup& setup) = 0;
+  virtual torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) = 0;
+  virtual std::vector<torch::Tensor> do_trained_parameters() = 0;
+  virtual std::optional<CommSummary> do_comm_summary() const { return std::nullopt; }
+  virtual std::optional<AsyncSummary> do_async_summary() const { return std::nullopt; }
+  virtual void do_reset_measured_stats() {}
+};
+
+struct StrategyInfo {
+  std::string name;
+  std::string description;
+  int display_order = 0;        // position in --list and in `all`
+  bool uses_all_devices = true; // false: always one device (single)
+  std::function<std::unique_ptr<Strategy>()> create;
+  // One process per rank: the harness runs its cases in rank processes, spawned by ddpbench's
+  // launcher or started by torchrun/Slurm, and gives each its process group.
+  bool multi_process = false;
+  // Workers update shared parameters without synchronising: the strategy is compared with `single`
+  // by loss at equal samples seen, not by parameters (a difference is its price, not a failure).
+  bool asynchronous = false;
+  // On CUDA it computes on device 0 alone, however many GPUs there are (hogwild's workers share it),
+  // so its peak rate is one GPU's.
+  bool one_cuda_device = false;
+};
+
+class StrategyRegistry {
+ public:
+  static StrategyRegistry& instance();
+  void add(StrategyInfo info);
+  // Throws UsageError naming --strategy and the known names.
+  const StrategyInfo& get(const std::string& name) const;
+  std::vector<std::string> names() const;  // in display order
+
+ private:
+  std::vector<StrategyInfo> strategies_;
+};
+
+struct StrategyRegistration {
+  explicit StrategyRegistration(StrategyInfo info) { StrategyRegistry::instance().add(std::move(info)); }
+};
+
+#define DDPBENCH_STRATEGY_CONCAT_(a, b) a##b
+#define DDPBENCH_STRATEGY_CONCAT(a, b) DDPBENCH_STRATEGY_CONCAT_(a, b)
+// DDPBENCH_REGISTER_STRATEGY({"name", "one line", order, uses_all_devices, [] { return ...; }});
+#define DDPBENCH_REGISTER_STRATEGY(...)                                                                \
+  static const ::ddpbench::StrategyRegistration DDPBENCH_STRATEGY_CONCAT(ddpbench_strategy_, __LINE__) { \
+    ::ddpbench::StrategyInfo __VA_ARGS__                                                               \
+  }
+
+}  // namespace ddpbench

@@ -1,0 +1,618 @@
+// ddp: the gradient bucketer with ranks as threads over a real Gloo group, the launch environment,
+// and whole runs of real rank processes: parity, SyncBatchNorm, checkpoints, external launches,
+// killed and hung ranks, interruption and bad input.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/serialize.h>
+
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <future>
+#include <map>
+#include <set>
+
+#include "base/errors.h"
+#include "distributed/process_group.h"
+#include "distributed/rank_env.h"
+#include "run/runner.h"
+#include "collectives/gradient_bucketer.h"
+#include "tests/support/test_support.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+namespace {
+
+using nlohmann::json;
+using testing::ddpbench_args;
+using testing::directory_entries;
+using testing::is_regular_file;
+using testing::path_exists;
+using testing::find_case;
+using testing::read_text;
+using testing::run_process;
+using testing::ScratchDir;
+
+// ---- the bucketer, two ranks as threads in this process -------------------------------------
+
+torch::nn::Sequential small_model() {
+  torch::manual_seed(3);
+  return torch::nn::Sequential(torch::nn::Linear(16, 64), torch::nn::ReLU(), torch::nn::Linear(64, 64),
+                               torch::nn::ReLU(), torch::nn::Linear(64, 4));
+}
+
+struct RankResult {
+  std::vector<torch::Tensor> grads;
+  double loss = 0;
+  CommStats stats;
+  int buckets = 0;
+};
+
+// Each rank backpropagates its half of one batch; returns the reduced gradients.
+std::vector<RankResult> reduce_on_two_ranks(const BucketOptions& options) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  torch::manual_seed(11);
+  const auto inputs = torch::randn({10, 16});
+  const auto targets = torch::randn({10, 4});
+  std::vector<RankResult> results(2);
+  // Built here, not in the rank threads: the global generator is no place for two threads at once.
+  std::vector<torch::nn::Sequential> models = {small_model(), small_model()};
+  auto rank = [&](int r) {
+    ProcessGroupContext group(store, r, 2, DeviceKind::Cpu, std::chrono::seconds(20));
+    auto& model = models[static_cast<size_t>(r)];
+    GradientBucketer bucketer(model->parameters(), group, options);
+    const auto x = inputs.narrow(0, r * 5, 5), y = targets.narrow(0, r * 5, 5);
+    for (int step = 0; step < 2; ++step) {  // the second step checks that zero_grad left things right
+      bucketer.zero_grad();
+      const auto loss = torch::mse_loss(model->forward(x), y);
+      bucketer.prepare_step(0.5, loss.detach() * 0.5);
+      loss.backward();
+      bucketer.wait_all();
+      results[r].loss = bucketer.unpack().item<double>();
+    }
+    for (const auto& p : model->parameters()) results[r].grads.push_back(p.grad().clone());
+    results[r].stats = bucketer.stats();
+    results[r].buckets = bucketer.bucket_count();
+  };
+  auto other = std::async(std::launch::async, rank, 1);
+  rank(0);
+  other.get();
+  return results;
+}
+
+// The gradient of the whole batch's mean loss, computed on one model.
+std::pair<std::vector<torch::Tensor>, double> whole_batch_gradient() {
+  torch::manual_seed(11);
+  const auto inputs = torch::randn({10, 16});
+  const auto targets = torch::randn({10, 4});
+  auto model = small_model();
+  const auto loss = torch::mse_loss(model->forward(inputs), targets);
+  loss.backward();
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+  return {grads, loss.item<double>()};
+}
+
+void expect_whole_batch_gradient(const std::vector<RankResult>& results) {
+  const auto [expected, loss] = whole_batch_gradient();
+  for (const auto& r : results) {
+    ASSERT_EQ(r.grads.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(r.grads[i], expected[i], 1e-5, 1e-6)) << "parameter " << i;
+    }
+    EXPECT_NEAR(r.loss, loss, 1e-6);
+  }
+}
+
+TEST(GradientBucketer, AveragesTheShardsIntoTheWholeBatchsGradient) {
+  BucketOptions options;
+  options.cap_mb = 0.01;  // several buckets
+  options.first_cap_mb = 0.001;
+  const auto results = reduce_on_two_ranks(options);
+  EXPECT_GE(results[0].buckets, 3);
+  expect_whole_batch_gradient(results);
+}
+
+TEST(GradientBucketer, RecordsWhenEachBucketWasReadyAndHowLongItsAllReduceTook) {
+  BucketOptions options;
+  options.cap_mb = 0.01;
+  options.first_cap_mb = 0.001;
+  for (const bool overlap : {true, false}) {
+    options.overlap = overlap;
+    const auto results = reduce_on_two_ranks(options);
+    const auto& s = results[0].stats;
+    ASSERT_EQ(s.ready_seconds.size(), static_cast<std::size_t>(results[0].buckets));
+    ASSERT_EQ(s.allreduce_seconds.size(), s.ready_seconds.size());
+    for (std::size_t b = 0; b < s.ready_seconds.size(); ++b) {
+      EXPECT_GT(s.ready_seconds[b], 0) << "bucket " << b;
+      EXPECT_GT(s.allreduce_seconds[b], 0) << "bucket " << b;
+      // A chain backpropagates the last layer first: launch order is the order gradients arrive,
+      // with or without overlap (ready is when the gradients arrived, not when the launch came).
+      if (b > 0) {
+        EXPECT_GE(s.ready_seconds[b], s.ready_seconds[b - 1]) << "bucket " << b << ", overlap " << overlap;
+      }
+    }
+  }
+}
+
+TEST(GradientBucketer, GradientsAsBucketViewsGiveTheSameGradient) {
+  BucketOptions options;
+  options.cap_mb = 0.01;
+  options.grad_as_bucket_view = true;
+  expect_whole_batch_gradient(reduce_on_two_ranks(options));
+}
+
+TEST(GradientBucketer, OverlapLaunchesDuringBackwardAndNoOverlapAfter) {
+  BucketOptions options;
+  options.cap_mb = 0.01;
+  options.first_cap_mb = 0.001;
+  const auto overlapped = reduce_on_two_ranks(options);
+  EXPECT_GT(overlapped[0].stats.launched_during_backward, 0) << "no bucket was launched while backward ran";
+  options.overlap = false;
+  const auto naive = reduce_on_two_ranks(options);
+  EXPECT_EQ(naive[0].stats.launched_during_backward, 0);
+  expect_whole_batch_gradient(naive);
+  EXPECT_EQ(naive[0].stats.collectives, 2 * naive[0].buckets);
+}
+
+TEST(GradientBucketer, BucketsFollowReverseRegistrationOrderUnderTheCap) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::vector<std::vector<std::size_t>>> layouts(2);
+  std::vector<torch::nn::Sequential> models = {small_model(), small_model()};
+  auto rank = [&](int r) {
+    ProcessGroupContext group(store, r, 2, DeviceKind::Cpu, std::chrono::seconds(20));
+    auto& model = models[static_cast<size_t>(r)];  // parameters: 16x64 (4 KiB), 64, 64x64 (16 KiB), 64, 4x64 (1 KiB), 4
+    BucketOptions options;
+    options.cap_mb = 18.0 / 1024;  // 18 KiB
+    options.first_cap_mb = 2.0 / 1024;
+    GradientBucketer bucketer(model->parameters(), group, options);
+    layouts[r] = bucketer.bucket_layout();
+  };
+  auto other = std::async(std::launch::async, rank, 1);
+  rank(0);
+  other.get();
+  // 16 B + 1 KiB + 256 B fit the 2 KiB first bucket; 16 KiB + 256 B the 18 KiB cap; 4 KiB does not.
+  const std::vector<std::vector<std::size_t>> expected = {{5, 4, 3}, {2, 1}, {0}};
+  EXPECT_EQ(layouts[0], expected);
+  EXPECT_EQ(layouts[1], expected);
+}
+
+// ---- the launch environment -----------------------------------------------------------------
+
+std::optional<RankEnv> parse(const std::map<std::string, std::string>& vars) {
+  return rank_env_from([&](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+
+std::string usage_error(const std::map<std::string, std::string>& vars) {
+  try {
+    parse(vars);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RankEnv, NoLauncherVariablesMeansNoRank) {
+  EXPECT_FALSE(parse({}).has_value());
+  // An interactive shell inside a Slurm allocation is no launch.
+  EXPECT_FALSE(parse({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}).has_value());
+}
+
+TEST(RankEnv, ReadsTorchrunVariables) {
+  const auto env = parse({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                          {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}});
+  ASSERT_TRUE(env);
+  EXPECT_EQ(env->rank, 3);
+  EXPECT_EQ(env->world_size, 4);
+  EXPECT_EQ(env->local_rank, 1);
+  EXPECT_EQ(env->local_world_size, 2);
+  EXPECT_EQ(env->master_addr, "10.0.0.1");
+  EXPECT_EQ(env->master_port, 29500);
+  EXPECT_FALSE(env->launcher_hosts_store);
+}
+
+TEST(RankEnv, ReadsSlurmVariables) {
+  const auto env = parse({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                          {"SLURM_NTASKS_PER_NODE", "4"}, {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "29400"}});
+  ASSERT_TRUE(env);
+  EXPECT_EQ(env->launcher, "slurm");
+  EXPECT_EQ(env->rank, 5);
+  EXPECT_EQ(env->world_size, 8);
+  EXPECT_EQ(env->local_rank, 1);
+  EXPECT_EQ(env->local_world_size, 4);
+}
+
+TEST(RankEnv, BadValuesNameTheVariable) {
+  const std::map<std::string, std::string> ok = {
+      {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  auto with = [&](const std::string& k, const std::string& v) {
+    auto m = ok;
+    if (v.empty()) {
+      m.erase(k);
+    } else {
+      m[k] = v;
+    }
+    return usage_error(m);
+  };
+  EXPECT_NE(with("RANK", "2").find("RANK=2 is not below WORLD_SIZE=2"), std::string::npos);
+  EXPECT_NE(with("RANK", "x").find("RANK=x"), std::string::npos);
+  EXPECT_NE(with("WORLD_SIZE", "0").find("WORLD_SIZE=0"), std::string::npos);
+  EXPECT_NE(with("MASTER_PORT", "").find("MASTER_PORT is not set"), std::string::npos);
+  EXPECT_NE(with("MASTER_PORT", "70000").find("MASTER_PORT=70000"), std::string::npos);
+  EXPECT_NE(with("MASTER_ADDR", "").find("MASTER_ADDR is not set"), std::string::npos);
+  EXPECT_EQ(with("RANK", "1"), "");
+}
+
+TEST(RankTask, EncodesAndDecodesWithOrWithoutTracing) {
+  for (const RankTask& task : {RankTask{RankTask::Kind::Parity, "mlp/ddp/world:2", 0, false},
+                               RankTask{RankTask::Kind::Repetition, "mlp/ddp/world:2", 3, false},
+                               RankTask{RankTask::Kind::Repetition, "mlp/ddp/world:2", 4, true}}) {
+    const RankTask back = RankTask::decode(task.encode());
+    EXPECT_EQ(back.kind, task.kind) << task.encode();
+    EXPECT_EQ(back.case_name, task.case_name) << task.encode();
+    EXPECT_EQ(back.repetition, task.repetition) << task.encode();
+    EXPECT_EQ(back.trace, task.trace) << task.encode();
+  }
+  EXPECT_THROW(RankTask::decode("repetition 1 mlp/ddp/world:2 loud"), UsageError);
+  EXPECT_THROW(RankTask::decode("repetition 1"), UsageError);
+  EXPECT_THROW(RankTask::decode("sometimes mlp/ddp/world:2"), UsageError);
+}
+
+// ---- whole runs of real rank processes ------------------------------------------------------
+
+std::vector<std::string> ddp_run(const std::string& json_path, std::vector<std::string> extra) {
+  return testing::ddpbench_run({{"--device", "cpu"}, {"--steps", "3"}, {"--warmup", "1"}, {"--repetitions", "1"},
+                                {"--workload", "mlp"}, {"--batch", "12"}, {"--dataset-size", "48"}, {"--timeout", "20"}},
+                               json_path, std::move(extra));
+}
+
+class DdpParity : public ::testing::TestWithParam<int> {};
+
+TEST_P(DdpParity, MatchesSingleOnMlp) {
+  ScratchDir dir;
+  const auto r = run_process(ddp_run(dir.file("r.json"), {"--strategy", "ddp", "--world-size", std::to_string(GetParam()),
+                                                          "--parity-steps", "4"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const auto* c = find_case(doc, "mlp/ddp/world:" + std::to_string(GetParam()));
+  ASSERT_NE(c, nullptr);
+  const auto& p = (*c)["ddpbench"]["parity"];
+  EXPECT_EQ(p["steps"], 4);
+  EXPECT_EQ(p["dtype"], "fp64");  // the ranks trained in float64 too, the all-reduce included
+  EXPECT_LE(p["max_rel_param_diff"].get<double>(), 1e-9);
+  EXPECT_TRUE(p["within_tolerance"].get<bool>());
+  EXPECT_EQ((*c)["ddpbench"]["ranks"].size(), static_cast<size_t>(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(World, DdpParity, ::testing::Values(2, 3));
+
+TEST(DdpRun, SyncBatchNormMatchesSingleOnConvnet) {
+  ScratchDir dir;
+  const auto synced = run_process(ddp_run(dir.file("s.json"), {"--strategy", "ddp", "--workload", "convnet",
+                                                               "--sync-bn", "--parity-steps", "3"}));
+  ASSERT_EQ(synced.exit_code, 0) << synced.err;
+  const json doc = json::parse(read_text(dir.file("s.json")));
+  const auto& p = (*find_case(doc, "convnet/ddp/world:2"))["ddpbench"]["parity"];
+  EXPECT_TRUE(p["within_tolerance"].get<bool>()) << p.dump();
+
+  // Without it each rank normalises its own half: measurably different, and said so.
+  const auto local = run_process(ddp_run(dir.file("l.json"), {"--strategy", "ddp", "--workload", "convnet",
+                                                              "--parity-steps", "3"}));
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const json ldoc = json::parse(read_text(dir.file("l.json")));
+  const auto& lp = (*find_case(ldoc, "convnet/ddp/world:2"))["ddpbench"]["parity"];
+  EXPECT_FALSE(lp["within_tolerance"].get<bool>());
+  EXPECT_GT(lp["max_rel_param_diff"].get<double>(), 10 * p["max_rel_param_diff"].get<double>());
+  EXPECT_NE(lp["note"].get<std::string>().find("BatchNorm"), std::string::npos);
+}
+
+TEST(DdpRun, Rank0SavesACheckpointThatLoadsIntoThePlainModel) {
+  ScratchDir dir;
+  const std::string path = dir.file("model.pt");
+  const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--checkpoint", path, "--checkpoint-every", "2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto model = WorkloadRegistry::instance().get("mlp").make_model();
+  const auto initial = model->parameters()[0].clone();
+  torch::serialize::InputArchive archive;
+  archive.load_from(path);
+  model->load(archive);
+  EXPECT_FALSE(torch::equal(model->parameters()[0], initial)) << "the checkpoint holds no trained weights";
+  // Nothing half-written is left next to it.
+  int files = 0;
+  for (const auto& name : directory_entries(dir.path())) files += is_regular_file(dir.file(name)) ? 1 : 0;
+  EXPECT_EQ(files, 1);
+}
+
+// Every bucket's all-reduce in a trace file: an async range (ranges in flight overlap) from launch
+// to completion, inside the step it belongs to; at least one per measured step.
+void expect_allreduces_inside_steps(const testing::TraceFile& trace, std::size_t measured_steps) {
+  const auto steps = trace.events_of("mlp/ddp/world:2", "step");
+  const auto allreduces = trace.events_of("mlp/ddp/world:2", "allreduce");
+  EXPECT_EQ(steps.size(), measured_steps);
+  EXPECT_GE(allreduces.size(), measured_steps) << "at least one bucket a step";
+  for (const auto& a : allreduces) {
+    EXPECT_TRUE(a.value("async", false)) << a.dump();
+    EXPECT_TRUE(std::any_of(steps.begin(), steps.end(), [&](const json& s) { return s["args"] == a["args"] && testing::within(a, s); }))
+        << a.dump();
+  }
+}
+
+// Two ranks' trace files share one time axis: the ranks' steps run in lockstep (every step ends in
+// an all-reduce both take part in), so each ddp step of rank 0 overlaps the same step of rank 1.
+void expect_ranks_on_one_timeline(const testing::TraceFile& rank0, const testing::TraceFile& rank1) {
+  const auto steps0 = rank0.events_of("mlp/ddp/world:2", "step"), steps1 = rank1.events_of("mlp/ddp/world:2", "step");
+  ASSERT_FALSE(steps0.empty());
+  for (const auto& a : steps0) {
+    const auto b = std::find_if(steps1.begin(), steps1.end(), [&](const auto& s) { return s["args"] == a["args"]; });
+    ASSERT_NE(b, steps1.end()) << a.dump();
+    const long a_end = a["ts"].get<long>() + a["dur"].get<long>(), b_end = (*b)["ts"].get<long>() + (*b)["dur"].get<long>();
+    EXPECT_LT(a["ts"].get<long>(), b_end) << a.dump() << (*b).dump();
+    EXPECT_LT((*b)["ts"].get<long>(), a_end) << a.dump() << (*b).dump();
+  }
+}
+
+TEST(DdpRun, TraceHasAFilePerLaunchedRankOnTheLaunchersTimeline) {
+  ScratchDir dir;
+  const auto r =
+      run_process(ddp_run(dir.file("r.json"), {"--strategy", "single,ddp", "--repetitions", "2", "--trace", dir.path()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<testing::TraceFile> files;
+  for (int rank = 0; rank < 2; ++rank) {
+    files.push_back(testing::read_trace(dir.file("ddpbench-rank" + std::to_string(rank) + ".json")));
+    EXPECT_EQ(files.back().doc["distributedInfo"]["rank"], rank);
+    EXPECT_EQ(files.back().doc["distributedInfo"]["world_size"], 2);
+  }
+  // Rank 0's file holds this process's own cases and launched rank 0's; rank 1's only its ddp.
+  EXPECT_EQ(files[0].events_of("mlp/single/world:1", "step").size(), 2u * 3u);
+  EXPECT_TRUE(files[1].events_of("mlp/single/world:1", "step").empty());
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto& f = files[static_cast<size_t>(rank)];
+    const auto steps = f.events_of("mlp/ddp/world:2", "step");
+    ASSERT_EQ(steps.size(), 2u * 3u) << "2 repetitions x 3 measured steps, each rank process";
+    const int step_row = steps[0]["tid"].get<int>();
+    EXPECT_EQ(f.row_names.at(step_row), "ddp rank " + std::to_string(rank) + " process");
+    for (const char* phase : {"forward", "backward", "optimizer"}) {
+      const auto ranges = f.events_of("mlp/ddp/world:2", phase);
+      EXPECT_EQ(ranges.size(), steps.size()) << phase;
+      for (const auto& p : ranges) {
+        EXPECT_TRUE(std::any_of(steps.begin(), steps.end(),
+                                [&](const auto& s) { return s["args"] == p["args"] && testing::within(p, s); }))
+            << p.dump();
+      }
+    }
+    expect_allreduces_inside_steps(f, steps.size());
+  }
+  expect_ranks_on_one_timeline(files[0], files[1]);
+  // ...and after this process's first single repetition (cases interleave: single, ddp, single, ddp).
+  const auto steps0 = files[0].events_of("mlp/ddp/world:2", "step");
+  const auto single = files[0].events_of("mlp/single/world:1", "step");
+  EXPECT_LT(single.front()["ts"].get<long>(), steps0.front()["ts"].get<long>());
+  EXPECT_NE(r.out.find("ddpbench-rank1.json"), std::string::npos) << r.out;
+}
+
+TEST(DdpRun, KilledRankFailsTheCaseNamesItAndLeavesNoProcess) {
+  ScratchDir dir;
+  const auto marker = testing::unique_marker();
+  const auto r = run_process(ddp_run(dir.file("r.json"), {"--strategy", "single,ddp", "--repetitions", "2"}), 0,
+                             {{"DDPBENCH_FAULT_RANK", "1:kill"}, marker});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("rank 1 was killed by signal 9 (SIGKILL)"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 20) << "the launcher waited for a timeout it did not need";
+  EXPECT_TRUE(testing::processes_with(testing::marker_text(marker)).empty()) << "a rank outlived the run";
+  // The case that finished is kept; the failed one says why.
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "ok");
+  const auto* ddp = find_case(doc, "mlp/ddp/world:2");
+  EXPECT_EQ((*ddp)["ddpbench"]["status"], "failed");
+  EXPECT_NE((*ddp)["ddpbench"]["reason"].get<std::string>().find("rank 1"), std::string::npos);
+}
+
+TEST(DdpRun, HungRankIsKilledWithinTheTimeoutAndNamed) {
+  ScratchDir dir;
+  const auto marker = testing::unique_marker();
+  const auto r = run_process(ddp_run(dir.file("r.json"), {"--strategy", "ddp", "--timeout", "4"}), 0,
+                             {{"DDPBENCH_FAULT_RANK", "1:hang"}, marker});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("rank 1 hung"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 4 + 12) << "the run outlived its timeout by far";
+  EXPECT_TRUE(testing::processes_with(testing::marker_text(marker)).empty()) << "a rank outlived the run";
+}
+
+TEST(DdpRun, SigtermToTheLauncherEndsEveryRankWithinTwoSeconds) {
+  ScratchDir dir;
+  const auto marker = testing::unique_marker();
+  // Long enough that the signal lands while the ranks train.
+  const auto r = run_process(ddp_run(dir.file("r.json"), {"--strategy", "ddp", "--steps", "400"}), 3000,
+                             {marker}, SIGTERM);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_LT(r.seconds_after_signal, 2.0);
+  EXPECT_TRUE(testing::processes_with(testing::marker_text(marker)).empty()) << "a rank outlived the launcher";
+}
+
+// torchrun-style: two processes started by someone else, joining through the environment.
+std::vector<testing::ProcessResult> launch_externally(const std::vector<std::vector<std::pair<std::string, std::string>>>& envs,
+                                                      const std::vector<std::vector<std::string>>& args) {
+  std::vector<std::future<testing::ProcessResult>> running;
+  for (size_t i = 0; i < envs.size(); ++i) {
+    running.push_back(std::async(std::launch::async, [&, i] { return run_process(args[i], 0, envs[i]); }));
+  }
+  std::vector<testing::ProcessResult> out;
+  for (auto& f : running) out.push_back(f.get());
+  return out;
+}
+
+int free_port() {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(s);
+  return ntohs(addr.sin_port);
+}
+
+std::vector<std::pair<std::string, std::string>> rank_vars(int rank, int world, int port) {
+  return {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)}, {"LOCAL_RANK", std::to_string(rank)},
+          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+}
+
+TEST(DdpExternalLaunch, TorchrunStyleRanksRunAndRank0AloneWritesTheJson) {
+  ScratchDir dir;
+  const int port = free_port();
+  const auto results = launch_externally({rank_vars(0, 2, port), rank_vars(1, 2, port)},
+                                         {ddp_run(dir.file("r0.json"), {"--strategy", "all", "--trace", dir.path()}),
+                                          ddp_run(dir.file("r1.json"), {"--strategy", "all", "--trace", dir.path()})});
+  ASSERT_EQ(results[0].exit_code, 0) << results[0].err;
+  ASSERT_EQ(results[1].exit_code, 0) << results[1].err;
+  EXPECT_FALSE(path_exists(dir.file("r1.json"))) << "only rank 0 reports";
+  EXPECT_TRUE(results[1].out.empty()) << results[1].out;
+  const json doc = json::parse(read_text(dir.file("r0.json")));
+  const auto* ddp = find_case(doc, "mlp/ddp/world:2");
+  ASSERT_NE(ddp, nullptr);
+  EXPECT_EQ((*ddp)["ddpbench"]["status"], "ok") << (*ddp)["ddpbench"]["reason"];
+  EXPECT_TRUE((*ddp)["ddpbench"]["parity"]["within_tolerance"].get<bool>());
+  EXPECT_EQ((*ddp)["ddpbench"]["ranks"].size(), 2u);
+  // One trace file per rank, each saying which rank it is.
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto trace = testing::read_trace(dir.file("ddpbench-rank" + std::to_string(rank) + ".json"));
+    EXPECT_EQ(trace.doc["distributedInfo"]["rank"], rank);
+    EXPECT_EQ(trace.doc["distributedInfo"]["world_size"], 2);
+    expect_allreduces_inside_steps(trace, 3);
+  }
+  // Each rank timed its own file, yet they share one time axis.
+  expect_ranks_on_one_timeline(testing::read_trace(dir.file("ddpbench-rank0.json")),
+                               testing::read_trace(dir.file("ddpbench-rank1.json")));
+  // Single-process strategies are no business of a rank: skipped, with the reason.
+  EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "skipped");
+}
+
+TEST(DdpExternalLaunch, RanksThatStartFromOtherWeightsFailTheCaseSayingWhichRank) {
+  // Different seeds build different initial weights, as different --model files on two nodes
+  // would load them: rank 0's broadcast would hide it, so the check before it names rank 1.
+  ScratchDir dir;
+  const int port = free_port();
+  const auto results = launch_externally({rank_vars(0, 2, port), rank_vars(1, 2, port)},
+                                         {ddp_run(dir.file("r0.json"), {"--strategy", "ddp", "--seed", "1"}),
+                                          ddp_run(dir.file("r1.json"), {"--strategy", "ddp", "--seed", "2"})});
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("rank 1 starts from other weights than rank 0"), std::string::npos) << r.err;
+  }
+  const json doc = json::parse(read_text(dir.file("r0.json")));
+  EXPECT_EQ((*find_case(doc, "mlp/ddp/world:2"))["ddpbench"]["status"], "failed");
+}
+
+TEST(DdpExternalLaunch, InconsistentWorldSizeIsBadInputOnEveryRank) {
+  const int port = free_port();
+  const auto results = launch_externally({rank_vars(0, 2, port), rank_vars(1, 3, port)},
+                                         {ddp_run("", {"--strategy", "ddp", "--timeout", "10"}),
+                                          ddp_run("", {"--strategy", "ddp", "--timeout", "10"})});
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("WORLD_SIZE="), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+TEST(DdpExternalLaunch, AdaptiveSamplingIsRefusedBecauseRanksCouldNotAgreeWhenToStop) {
+  const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--target-precision", "0.05", "--repetitions", "3"}), 0,
+                             rank_vars(0, 2, 29500));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("--target-precision: ranks that torchrun or Slurm start"), std::string::npos) << r.err;
+}
+
+TEST(DdpExternalLaunch, RankBeyondWorldSizeIsBadInput) {
+  const auto r = run_process(ddp_run("", {"--strategy", "ddp"}), 0, rank_vars(2, 2, 29500));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "ddpbench: RANK=2 is not below WORLD_SIZE=2\n");
+}
+
+TEST(DdpExternalLaunch, TakenPortIsBadInput) {
+  // Something else listens on the port rank 0 was told to host the rendezvous on.
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(s, 1), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
+  const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--timeout", "5"}), 0, rank_vars(0, 2, ntohs(addr.sin_port)));
+  close(s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("MASTER_PORT=" + std::to_string(ntohs(addr.sin_port))), std::string::npos) << r.err;
+}
+
+TEST(DdpExternalLaunch, AnUnknownMasterHostIsOneLineWithoutLibTorchsLogging) {
+  // c10d retries the name and logs each retry (glog's W/E lines in 1.13, c10's in 2.x): none of it
+  // reaches the user, whose one line says it all.
+  auto vars = rank_vars(1, 2, free_port());
+  for (auto& [name, value] : vars) {
+    if (name == "MASTER_ADDR") value = "no.such.host.invalid";
+  }
+  const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--timeout", "3"}), 30000, vars);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("ddpbench: MASTER_ADDR=no.such.host.invalid", 0), 0u) << r.err;
+}
+
+TEST(DdpExternalLaunch, WhenAPeerIsKilledTheSurvivorSaysWhyOnItsOwnStderr) {
+  const int port = free_port();
+  auto with_fault = [](std::vector<std::pair<std::string, std::string>> vars) {
+    vars.push_back({"DDPBENCH_FAULT_RANK", "1:kill"});
+    return vars;
+  };
+  const auto results = launch_externally({with_fault(rank_vars(0, 2, port)), with_fault(rank_vars(1, 2, port))},
+                                         {ddp_run("", {"--strategy", "ddp", "--timeout", "10"}),
+                                          ddp_run("", {"--strategy", "ddp", "--timeout", "10"})});
+  EXPECT_EQ(results[1].signal, SIGKILL);
+  EXPECT_EQ(results[0].exit_code, 1) << results[0].err;
+  EXPECT_EQ(std::count(results[0].err.begin(), results[0].err.end(), '\n'), 1) << results[0].err;
+  EXPECT_EQ(results[0].err.rfind("ddpbench: error: rank 0: mlp/ddp/world:2 failed: ", 0), 0u) << results[0].err;
+}
+
+TEST(DdpExternalLaunch, UnreachableMasterIsBadInputWithinTheTimeout) {
+  const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--timeout", "3"}), 30000, rank_vars(1, 2, free_port()));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("rendezvous unreachable"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 3 + 10);
+}
+
+TEST(DdpExternalLaunch, ASignalWhileWaitingForTheOtherRanksEndsTheRankAtOnce) {
+  // Rank 0 of two, and rank 1 never comes: the rendezvous would wait out --timeout.
+  for (int signal : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(strsignal(signal));
+    const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--timeout", "60"}), /*kill_after_ms=*/1500,
+                               rank_vars(0, 2, free_port()), signal);
+    EXPECT_EQ(r.exit_code, 130) << r.err;
+    EXPECT_LT(r.seconds_after_signal, 2.0);
+    EXPECT_NE(r.err.find("interrupted while waiting for the other ranks to join"), std::string::npos) << r.err;
+  }
+}
+
+TEST(DdpCli, DdpFlagsWithoutDdpAreBadInput) {
+  const auto r = run_process(ddp_run("", {"--strategy", "single", "--bucket-mb", "4"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--bucket-mb"), std::string::npos) << r.err;
+  const auto bn = run_process(ddp_run("", {"--strategy", "ddp", "--sync-bn"}));  // mlp has no BatchNorm
+  EXPECT_EQ(bn.exit_code, 2);
+  EXPECT_NE(bn.err.find("--sync-bn"), std::string::npos) << bn.err;
+  const auto every = run_process(ddp_run("", {"--strategy", "ddp", "--checkpoint-every", "2"}));
+  EXPECT_EQ(every.exit_code, 2);
+  EXPECT_NE(every.err.find("--checkpoint-every"), std::string::npos) << every.err;
+}
+
+}  // namespace
+}  // namespace ddpbench

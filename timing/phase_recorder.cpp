@@ -1,0 +1,127 @@
+#include "timing/phase_recorder.h"
+
+#include "compat/torch_compat.h"
+#include "timing/trace.h"
+
+#if DDPBENCH_HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
+
+namespace ddpbench {
+
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::Data: return "data";
+    case Phase::Replicate: return "replicate";
+    case Phase::Scatter: return "scatter";
+    case Phase::Forward: return "forward";
+    case Phase::GatherLoss: return "gather_loss";
+    case Phase::Backward: return "backward";
+    case Phase::Reduce: return "reduce";
+    case Phase::CommExposed: return "comm_exposed";
+    case Phase::WorkerWait: return "worker_wait";
+    case Phase::Optimizer: return "optimizer";
+    case Phase::Checkpoint: return "checkpoint";
+    case Phase::kCount: break;
+  }
+  return "unknown";
+}
+
+namespace {
+
+#if DDPBENCH_HAVE_NVTX
+// Without a tool attached these calls return at once; NVTX initialises on first use.
+nvtxDomainHandle_t nvtx_domain() {
+  static nvtxDomainHandle_t domain = nvtxDomainCreateA("ddpbench");
+  return domain;
+}
+void nvtx_push(const char* name) {
+  nvtxEventAttributes_t attributes{};
+  attributes.version = NVTX_VERSION;
+  attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  attributes.message.ascii = name;
+  nvtxDomainRangePushEx(nvtx_domain(), &attributes);
+}
+void nvtx_pop() { nvtxDomainRangePop(nvtx_domain()); }
+std::uint64_t nvtx_start(const char* name) {
+  nvtxEventAttributes_t attributes{};
+  attributes.version = NVTX_VERSION;
+  attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  attributes.message.ascii = name;
+  return nvtxDomainRangeStartEx(nvtx_domain(), &attributes);
+}
+void nvtx_end(std::uint64_t id) { nvtxDomainRangeEnd(nvtx_domain(), id); }
+#else
+void nvtx_push(const char*) {}
+void nvtx_pop() {}
+std::uint64_t nvtx_start(const char*) { return 0; }
+void nvtx_end(std::uint64_t) {}
+#endif
+}  // namespace
+
+PhaseRecorder::Scope::Scope(PhaseRecorder& recorder, Phase phase)
+    : recorder_(recorder), phase_(phase), start_(std::chrono::steady_clock::now()) {
+  if (recorder_.cuda_device_ >= 0) start_event_ = compat::cuda_record_event(recorder_.cuda_device_);
+  nvtx_push(phase_name(phase));
+}
+
+PhaseRecorder::Scope::~Scope() {
+  nvtx_pop();
+  const auto end = std::chrono::steady_clock::now();
+  const int i = static_cast<int>(phase_);
+  if (recorder_.trace_) recorder_.trace_->record(phase_name(phase_), start_, end, recorder_.step_index_);
+  recorder_.used_[i] = true;
+  std::shared_ptr<void> end_event;
+  if (start_event_) {
+    try {
+      end_event = compat::cuda_record_event(recorder_.cuda_device_);
+    } catch (const std::exception&) {
+      // A destructor must not throw: the host's time stands in, and the error shows at the sync.
+    }
+  }
+  if (end_event) {
+    recorder_.pending_.push_back({phase_, start_event_, std::move(end_event)});
+  } else {
+    recorder_.step_[i] += std::chrono::duration<double>(end - start_).count();
+  }
+}
+
+PhaseRecorder::AsyncRange PhaseRecorder::begin_async(const char* name) const {
+  AsyncRange range;
+  range.active = true;
+  range.name = name;
+  range.trace = trace_;
+  range.step = step_index_;
+  range.start = std::chrono::steady_clock::now();
+  range.nvtx_id = nvtx_start(name);
+  return range;
+}
+
+void PhaseRecorder::end_async(const AsyncRange& range) {
+  if (!range.active) return;
+  nvtx_end(range.nvtx_id);
+  if (range.trace) range.trace->record_async(range.name, range.start, std::chrono::steady_clock::now(), range.step);
+}
+
+void PhaseRecorder::add_measured(Phase phase, double seconds) {
+  step_[static_cast<int>(phase)] += seconds;
+  used_[static_cast<int>(phase)] = true;
+}
+
+void PhaseRecorder::begin_step() {
+  step_.fill(0.0);
+  pending_.clear();
+  step_start_ = std::chrono::steady_clock::now();
+  nvtx_push("step");
+}
+
+void PhaseRecorder::end_step() {
+  for (const auto& p : pending_) step_[static_cast<int>(p.phase)] += compat::cuda_elapsed_seconds(p.start, p.end);
+  pending_.clear();
+  nvtx_pop();
+  if (trace_) trace_->record("step", step_start_, std::chrono::steady_clock::now(), step_index_);
+}
+
+}  // namespace ddpbench
