@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "devices/device_set.h"
-#include "run/runner.h"
+#include "run/run_options.h"
 
 namespace ddpbench {
 

@@ -35,7 +35,7 @@
 namespace {
 
 void on_stop_signal(int signal) {
-  ddpbench::Runner::request_stop();
+  ddpbench::request_stop();
   std::signal(signal, SIG_DFL);  // a second Ctrl-C ends the process at once
 }
 

@@ -3,11 +3,11 @@
 // it starts (--rank-options), instead of a command line rebuilt flag by flag, where a flag forgotten
 // in the rebuild would silently run with its default in the ranks. Every field of RunnerOptions
 // travels except those that are the launching process's own (the trace recorder, the worker
-// executable's path); tests/cli/test_cli.cpp checks that every flag of --help survives the trip.
+// executable's path); tests/cli/test_options_codec.cpp checks that every flag of --help survives the trip.
 #include <string>
 
 #include "devices/device_set.h"
-#include "run/runner.h"
+#include "run/run_options.h"
 #include "models/workload_sources.h"
 
 namespace ddpbench {

@@ -4,7 +4,7 @@
 // else its multi-tensor _foreach_ ops. LibTorch's own torch::optim runs about eight kernels per
 // parameter and step, which on a GPU is launch overhead the Python optimizers (foreach by default
 // on CUDA, fused on request) do not pay. Same arithmetic as torch::optim::AdamW / SGD, tested
-// against them (tests/test_optimizers.cpp).
+// against them (tests/optim/test_optimizers.cpp).
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 

@@ -174,4 +174,10 @@ struct RunRecord {
 // Fills record.noise_floor from single's cases and each case's cv_over_noise_floor.
 void set_noise_floor(RunRecord& record);
 
+// The figures that compare a run's cases with each other, once every repetition is in: each
+// measured case's scaling efficiency against single, an asynchronous case's loss against single's
+// at equal samples seen, the noisy mark (CV above settings.max_cv), the phases used, and the noise
+// floor (set_noise_floor).
+void set_comparative_figures(RunRecord& record);
+
 }  // namespace ddpbench

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "records/results.h"
-#include "run/runner.h"
+#include "records/result_sink.h"
 
 namespace ddpbench {
 

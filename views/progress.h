@@ -3,7 +3,7 @@
 #include <chrono>
 #include <string>
 
-#include "run/runner.h"
+#include "records/result_sink.h"
 
 namespace ddpbench {
 

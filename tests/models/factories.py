@@ -1,4 +1,4 @@
-"""Model factories the C++ tests export with scripts/ddpbench-export (tests/test_models.cpp)."""
+"""Model factories the C++ tests export with scripts/ddpbench-export (tests/models/test_models.cpp)."""
 import torch
 from torch import nn
 

@@ -12,11 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -260,6 +262,90 @@ inline std::vector<std::string> ddpbench_run(const std::vector<std::pair<std::st
   }
   args.insert(args.end(), extra.begin(), extra.end());
   return ddpbench_args(args);
+}
+
+// A parameterised test's name from the words of its parameter, as GoogleTest accepts them (letters,
+// digits, '_'): {"--steps", "0"} -> "steps_0", {"--max-cv", "-0.1"} -> "max_cv_minus0_1",
+// {"--steps", " 3"} -> "steps_blank3", {"--trace", ""} -> "trace_empty". So a failure in CI says
+// which case failed (`Cli/BadInputTest.ExitsTwo.../steps_0`), not the parameter's bytes.
+inline std::string test_name_from(const std::vector<std::string>& words) {
+  std::string name;
+  for (const auto& word : words) {
+    std::string w = word.rfind("--", 0) == 0 ? word.substr(2) : word;
+    if (w.empty()) w = "empty";
+    std::string part;
+    for (size_t i = 0; i < w.size(); ++i) {
+      const char c = w[i];
+      if (std::isalnum(static_cast<unsigned char>(c))) {
+        part += c;
+      } else if (c == '-' && i == 0) {
+        part += "minus";
+      } else if (c == ' ') {
+        part += "blank";
+      } else {
+        part += '_';
+      }
+    }
+    name += (name.empty() ? "" : "_") + part;
+  }
+  std::string collapsed;  // no "__", no '_' at either end
+  for (char c : name) {
+    if (c == '_' && (collapsed.empty() || collapsed.back() == '_')) continue;
+    collapsed += c;
+  }
+  while (!collapsed.empty() && collapsed.back() == '_') collapsed.pop_back();
+  return collapsed.empty() ? "none" : collapsed;
+}
+
+// ---- runs of the ddpbench executable shared by several test files ----------------------------
+
+// A run small enough for a test: two steps, two repetitions, tiny batches. A flag in `extra` that is
+// also a default here replaces the default (a flag given twice is an error of its own).
+inline std::vector<std::string> tiny_run(const std::string& json_path, std::vector<std::string> extra = {}) {
+  std::vector<std::pair<std::string, std::string>> flags = {
+      {"--device", "cpu"}, {"--steps", "2"}, {"--warmup", "1"}, {"--repetitions", "2"},
+      {"--batch", "8"},    {"--dataset-size", "16"}, {"--json", json_path}, {"--threads", "1"}};
+  std::vector<std::string> args;
+  for (const auto& [flag, value] : flags) {
+    if (std::find(extra.begin(), extra.end(), flag) != extra.end()) continue;
+    args.push_back(flag);
+    args.push_back(value);
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  return ddpbench_args(args);
+}
+
+// A run without --repetitions samples adaptively: it is what `ddpbench --strategy all` does.
+inline std::vector<std::string> adaptive_run(const std::string& json_path, std::vector<std::string> extra) {
+  std::vector<std::string> args = {"--device", "cpu", "--threads", "1", "--steps", "2", "--warmup", "1",
+                                   "--batch", "8", "--dataset-size", "16", "--json", json_path};
+  if (std::find(extra.begin(), extra.end(), "--strategy") == extra.end()) args.insert(args.end(), {"--strategy", "single"});
+  args.insert(args.end(), extra.begin(), extra.end());
+  return ddpbench_args(args);
+}
+
+inline const nlohmann::json& median_entry(const nlohmann::json& doc, const std::string& name) {
+  for (const auto& b : doc["benchmarks"]) {
+    if (b["run_name"] == name && b.value("aggregate_name", "") == "median") return b;
+  }
+  throw std::runtime_error("no median entry for " + name);
+}
+
+// Runs ddpbench with `args_for(a results path)`; the process's result and the JSON it wrote (null
+// when it wrote none).
+inline std::pair<ProcessResult, nlohmann::json> run_with_json(
+    const std::function<std::vector<std::string>(const std::string&)>& args_for) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  auto r = run_process(args_for(path));
+  return {r, path_exists(path) ? nlohmann::json::parse(read_text(path)) : nlohmann::json()};
+}
+
+// A run in the background, long enough to be signalled or contended while it writes `path`.
+inline pid_t start_long_run(const std::string& path) {
+  return start_process(ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", "single",
+                                               "--workload", "mlp", "--steps", "20", "--repetitions", "100",
+                                               "--batch", "16", "--json", path}));
 }
 
 // The benchmark entry of case `name` in a results document: its first iteration (or its error

@@ -147,5 +147,31 @@ TEST(TraceRecorder, WritesOneFilePerRankOwnRankFirst) {
   EXPECT_EQ(two.events.size(), 1u);
 }
 
+using nlohmann::json;
+using testing::run_process;
+using testing::tiny_run;
+
+TEST(TraceFiles, TraceHasEveryMeasuredStepWithItsPhasesNestedInside) {
+  ScratchDir dir;
+  const auto r = run_process(tiny_run(dir.file("r.json"), {"--strategy", "single,dp", "--trace", dir.path()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto trace = testing::read_trace(dir.file("ddpbench-rank0.json"));  // one file for the one rank
+  EXPECT_EQ(trace.doc["distributedInfo"]["rank"], 0);
+  std::vector<json> steps, phases;
+  for (const auto& e : trace.events) (e["name"] == "step" ? steps : phases).push_back(e);
+  EXPECT_EQ(steps.size(), 2u * 2u * 2u);  // 2 cases x 2 repetitions x 2 measured steps
+  std::set<std::string> names;
+  for (const auto& p : phases) {
+    names.insert(p["name"].get<std::string>());
+    // Each phase lies inside the step of the same case, repetition and step number.
+    EXPECT_TRUE(std::any_of(steps.begin(), steps.end(), [&](const json& s) {
+      return s["args"] == p["args"] && s["tid"] == p["tid"] && testing::within(p, s);
+    })) << p.dump();
+  }
+  for (const char* n : {"data", "forward", "backward", "optimizer", "replicate", "scatter", "gather_loss", "reduce"}) {
+    EXPECT_TRUE(names.count(n)) << n;
+  }
+}
+
 }  // namespace
 }  // namespace ddpbench

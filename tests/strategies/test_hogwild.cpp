@@ -298,7 +298,8 @@ TEST_P(HogwildRun, RunsEveryWorkloadWithSyncEvery) {
   EXPECT_EQ(cases, 4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Mode, HogwildRun, ::testing::Values("threads", "processes"));
+INSTANTIATE_TEST_SUITE_P(Mode, HogwildRun, ::testing::Values("threads", "processes"),
+                         [](const auto& info) { return info.param; });
 
 TEST(HogwildThreadsRun, TraceHasEveryWorkersStepWithItsPhases) {
   ScratchDir dir;

@@ -1,0 +1,109 @@
+#include "run/parity.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/errors.h"
+#include "devices/counting_allocator.h"
+#include "distributed/process_group.h"
+#include "run/stop_request.h"
+#include "timing/phase_recorder.h"
+
+namespace ddpbench {
+namespace {
+
+// Norm-wise relative error of the whole parameter vector: max |p - p_ref| over every element divided
+// by max |p_ref| over every element. Per-tensor ratios are no measure: a tensor initialised to zero
+// (a bias) has a scale of one learning rate after a step, so any rounding looks like a large error.
+double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) throw CaseFailure("parity: parameter count differs from single's");
+  double worst_diff = 0, scale = 1e-12;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto ref = b[i].to(torch::kCPU, torch::kFloat64);
+    const auto got = a[i].to(torch::kCPU, torch::kFloat64);
+    if (got.sizes() != ref.sizes()) throw CaseFailure("parity: parameter shapes differ from single's");
+    scale = std::max(scale, ref.abs().max().item<double>());
+    worst_diff = std::max(worst_diff, (got - ref).abs().max().item<double>());
+  }
+  return worst_diff / scale;
+}
+
+}  // namespace
+
+ParityCheck::Reference ParityCheck::train_untimed(const CaseSpec& spec, int steps) {
+  const auto& workload = WorkloadRegistry::instance().get(spec.workload);
+  const auto& dataset = builder_.dataset_for(workload, spec.global_batch);
+  auto strategy = builder_.start_strategy(spec, parity_optimizer(workload), steps, /*parity_run=*/true);
+  BatchLoader loader = builder_.make_loader(dataset, spec, *strategy);
+  const auto dtype = builder_.parity_dtype_of(spec);
+  PhaseRecorder phases;
+  Reference out;
+  for (int i = 0; i < steps; ++i) {
+    if (stop_requested()) throw StopRequested();  // parity steps end on a signal as measured ones do
+    Batch batch = loader.next();
+    if (batch.inputs.is_floating_point()) batch.inputs = batch.inputs.to(dtype);
+    if (batch.targets.is_floating_point()) batch.targets = batch.targets.to(dtype);
+    phases.begin_step();
+    auto loss = strategy->step(batch, phases);
+    phases.end_step();
+    out.final_loss = loss.item<double>();
+    listener_.on_step_activity();
+    listener_.on_step_finished();
+  }
+  CpuMemoryCounter::DeviceScope host(CpuMemoryCounter::kHost);
+  for (const auto& p : strategy->trained_parameters()) out.parameters.push_back(p.detach().to(torch::kCPU).clone());
+  return out;
+}
+
+ParityRecord ParityCheck::measure(const CaseSpec& spec) {
+  const RunnerOptions& options = builder_.options();
+  const ProcessGroupContext* group = builder_.group();
+  const int steps = options.parity_steps;
+  const bool compares = group == nullptr || group->rank() == 0;
+  auto ref_it = references_.find(spec.workload);
+  if (compares && ref_it == references_.end()) {
+    CaseSpec reference = spec;
+    reference.strategy = "single";
+    reference.world_size = 1;
+    ref_it = references_.emplace(spec.workload, train_untimed(reference, steps)).first;
+  }
+  const Reference result = train_untimed(spec, steps);
+
+  ParityRecord p;
+  p.steps = steps;
+  p.dtype = builder_.parity_dtype_of(spec) == torch::kDouble ? "fp64" : to_string(options.precision);
+  p.tolerance = options.parity_tolerance;
+  p.final_loss = result.final_loss;
+  if (!compares) return p;  // ranks other than 0 only train
+  p.reference_final_loss = ref_it->second.final_loss;
+  p.max_rel_param_diff = max_relative_difference(result.parameters, ref_it->second.parameters);
+  p.within_tolerance = std::isfinite(p.max_rel_param_diff) && p.max_rel_param_diff <= p.tolerance;
+  p.compared_by_loss = StrategyRegistry::instance().get(spec.strategy).asynchronous;
+  return p;
+}
+
+void judge_parity(CaseRecord& record, const ParityRecord& parity, bool sync_bn) {
+  ParityRecord p = parity;
+  const auto& workload = WorkloadRegistry::instance().get(record.spec.workload);
+  const bool synced_bn = StrategyRegistry::instance().get(record.spec.strategy).multi_process && sync_bn;
+  if (p.compared_by_loss) {
+    // Asynchronous updates land on parameters other workers are reading: no tolerance applies to
+    // the parameters, but a loss that is no longer a number is a failed run.
+    p.note = "asynchronous updates: compared with single by loss at equal samples seen (" +
+             std::to_string(p.final_loss) + " against " + std::to_string(p.reference_final_loss) +
+             " after " + std::to_string(p.steps) + " steps), not by parameters";
+    if (!std::isfinite(p.final_loss)) {
+      record.status = CaseStatus::Failed;
+      record.reason = "parity: loss is not finite after " + std::to_string(p.steps) + " steps";
+    }
+  } else if (!p.within_tolerance && workload.has_batch_norm() && record.spec.world_size > 1 && !synced_bn) {
+    p.note = "BatchNorm statistics are computed per device, so a difference from single is expected";
+  } else if (!p.within_tolerance) {
+    record.status = CaseStatus::Failed;
+    record.reason = "parity: parameters differ from single by " + std::to_string(p.max_rel_param_diff) +
+                    " (relative) after " + std::to_string(p.steps) + " steps, tolerance " + std::to_string(p.tolerance);
+  }
+  record.parity = p;
+}
+
+}  // namespace ddpbench

@@ -1,0 +1,208 @@
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/errors.h"
+#include "cli/output_paths.h"
+#include "tests/support/test_support.h"
+
+namespace ddpbench {
+namespace {
+
+using testing::directory_entries;
+using testing::ScratchDir;
+
+// The UsageError's message of claiming `path` as `flag`, or "" when the claim succeeds.
+std::string refusal(OutputClaims& claims, const std::string& flag, const std::string& path) {
+  try {
+    claims.claim(flag, path);
+    return {};
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+}
+
+TEST(OutputClaims, OneFileUnderTwoFlagsOrTwoSpellingsIsRefused) {
+  ScratchDir dir;
+  ASSERT_EQ(::mkdir(dir.file("sub").c_str(), 0755), 0);
+  ASSERT_EQ(::symlink("sub", dir.file("alias").c_str()), 0);
+  OutputClaims claims;
+  EXPECT_EQ(refusal(claims, "--json", dir.file("sub/r.json")), "");
+  for (const auto& same : {dir.file("sub/r.json"), dir.file("sub/./r.json"), dir.file("alias/r.json"),
+                           dir.file("sub/../sub/r.json")}) {
+    const std::string why = refusal(claims, "--checkpoint", same);
+    EXPECT_NE(why.find("--checkpoint"), std::string::npos) << same << ": " << why;
+    EXPECT_NE(why.find("--json writes too"), std::string::npos) << same << ": " << why;
+  }
+  EXPECT_EQ(refusal(claims, "--trace", dir.file("sub/ddpbench-rank0.json")), "") << "another file is another output";
+}
+
+TEST(OutputClaims, StandardOutputIsNoFileName) {
+  OutputClaims claims;
+  EXPECT_NE(refusal(claims, "--json", "-").find("--json: '-'"), std::string::npos);
+}
+
+TEST(OutputClaims, AClaimIsHeldUntilItsOwnerEndsAndLeavesNothingBehind) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  auto first = std::make_unique<OutputClaims>();
+  first->claim("--json", path);
+  OutputClaims second;
+  EXPECT_NE(refusal(second, "--json", path).find("another ddpbench run"), std::string::npos);
+  first.reset();
+  EXPECT_EQ(refusal(second, "--json", path), "") << "the lock outlived its owner";
+  EXPECT_TRUE(directory_entries(dir.path()).empty()) << "a claim wrote something";
+}
+
+TEST(OutputClaims, AKilledHolderLeavesNoLock) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    OutputClaims claims;
+    claims.claim("--json", path);
+    const char byte = 1;
+    (void)!::write(ready[1], &byte, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  OutputClaims mine;
+  EXPECT_NE(refusal(mine, "--json", path).find("another ddpbench run"), std::string::npos)
+      << "not held across processes";
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  EXPECT_EQ(refusal(mine, "--json", path), "") << "a killed holder kept its lock";
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+// ---- end to end: the ddpbench executable refuses what it cannot write -----------------------
+
+using nlohmann::json;
+using testing::path_exists;
+using testing::read_text;
+using testing::run_process;
+using testing::start_long_run;
+using testing::tiny_run;
+
+TEST(OutputPaths, UnwritableJsonPathExitsTwo) {
+  ScratchDir dir;
+  for (const std::string& path : {dir.file("no/such/dir/r.json"), dir.path(), std::string("/proc/r.json")}) {
+    const auto r = run_process(tiny_run(path));
+    EXPECT_EQ(r.exit_code, 2) << path << ": " << r.err;
+    EXPECT_NE(r.err.find("--json"), std::string::npos) << r.err;
+  }
+}
+
+TEST(OutputPaths, TraceMakesItsDirectory) {
+  ScratchDir dir;
+  const auto traces = dir.file("new/deeper");
+  const auto r = run_process(tiny_run(dir.file("r.json"), {"--strategy", "single", "--trace", traces}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(directory_entries(traces), std::vector<std::string>{"ddpbench-rank0.json"});
+  // A refused run makes nothing: the directory is the last thing checked.
+  const auto refused = run_process(tiny_run(dir.file("r.json"), {"--strategy", "fsdp", "--trace", dir.file("never")}));
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_FALSE(path_exists(dir.file("never")));
+}
+
+// Bad output paths are found before anything is measured: exit 2, one line naming the flag,
+// nothing measured (no case in the table), and what was at the path is as it was.
+void expect_refused_before_measuring(const testing::ProcessResult& r, const std::string& flag) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(flag + ": "), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("/world:"), std::string::npos) << "measured before refusing:\n" << r.out;
+}
+
+TEST(OutputPaths, OutputsThatAreNotWritableRegularFilesAreRefusedUntouched) {
+  ScratchDir dir;
+  const auto fifo = dir.file("fifo"), link = dir.file("link"), linked = dir.file("linked.json");
+  const auto read_only = dir.file("read-only.json"), device = dir.file("null");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  std::ofstream(linked) << "the link's target";
+  ASSERT_EQ(::symlink("linked.json", link.c_str()), 0);
+  std::ofstream(read_only) << "keep me";
+  ASSERT_EQ(::chmod(read_only.c_str(), 0444), 0);
+  std::vector<std::string> refused{fifo, link, read_only, "-", dir.file(std::string(245, 'x') + ".json")};
+  if (::geteuid() == 0 && ::mknod(device.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) refused.push_back(device);
+  for (const auto& path : refused) {
+    SCOPED_TRACE(path);
+    expect_refused_before_measuring(run_process(tiny_run(path, {"--strategy", "single"})), "--json");
+  }
+  struct stat st{};
+  EXPECT_TRUE(::lstat(fifo.c_str(), &st) == 0 && S_ISFIFO(st.st_mode));
+  EXPECT_TRUE(::lstat(link.c_str(), &st) == 0 && S_ISLNK(st.st_mode));
+  EXPECT_EQ(read_text(linked), "the link's target");
+  EXPECT_EQ(read_text(read_only), "keep me");
+  if (refused.back() == device) {
+    EXPECT_TRUE(::lstat(device.c_str(), &st) == 0 && S_ISCHR(st.st_mode));
+  }
+}
+
+TEST(OutputPaths, CheckpointPathsAreCheckedBeforeMeasuring) {
+  ScratchDir dir;
+  for (const auto& path : {dir.path(), dir.file("missing/model.pt")}) {
+    SCOPED_TRACE(path);
+    const auto r = run_process(tiny_run(dir.file("r.json"), {"--strategy", "ddp", "--checkpoint", path}));
+    expect_refused_before_measuring(r, "--checkpoint");
+  }
+  EXPECT_FALSE(path_exists(dir.file("r.json")));
+}
+
+TEST(OutputPaths, TwoOutputsOfOneRunMayNotBeOneFile) {
+  ScratchDir dir;
+  const auto same = dir.file("same.json");
+  const auto one_file =
+      run_process(tiny_run(same, {"--strategy", "single,ddp", "--checkpoint", dir.file("./same.json")}));
+  expect_refused_before_measuring(one_file, "--checkpoint");
+  // The trace of rank 0 is DIR/ddpbench-rank0.json; rank 1's too when ddp runs on two ranks.
+  expect_refused_before_measuring(
+      run_process(tiny_run(dir.file("ddpbench-rank1.json"), {"--strategy", "single,ddp", "--trace", dir.path()})),
+      "--trace");
+  EXPECT_TRUE(directory_entries(dir.path()).empty());
+}
+
+TEST(OutputPaths, AReplacedResultsFileKeepsItsMode) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  std::ofstream(path) << "previous results";
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  const auto r = run_process(tiny_run(path, {"--strategy", "single"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  struct stat st{};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_NE(read_text(path).find("\"benchmarks\""), std::string::npos);
+}
+
+TEST(OutputPaths, ASecondLiveRunMayNotWriteTheSameJson) {
+  ScratchDir dir;
+  const auto path = dir.file("results.json");
+  const pid_t first = start_long_run(path);
+  for (int i = 0; i < 600 && !path_exists(path); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto second = run_process(tiny_run(dir.file("./results.json"), {"--strategy", "single"}));
+  ::kill(first, SIGKILL);
+  ::waitpid(first, nullptr, 0);
+  expect_refused_before_measuring(second, "--json");
+  EXPECT_NE(second.err.find("another ddpbench run"), std::string::npos) << second.err;
+  // The first run's lock went with it: nothing stays behind to block the next run.
+  const auto third = run_process(tiny_run(path, {"--strategy", "single"}));
+  EXPECT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_EQ(directory_entries(dir.path()), std::vector<std::string>{"results.json"});
+}
+
+}  // namespace
+}  // namespace ddpbench

@@ -1,0 +1,129 @@
+"""scripts/check-layers on this checkout (it holds) and on copies of it with a violation planted: an
+upward include, an include into a folder its layer may not use, a version seam crossed, a folder
+that LAYERS does not know, a README that says otherwise, a cycle in LAYERS, and LAYERS malformed."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from build_paths import ROOT
+
+SCRIPT = os.path.join(ROOT, "scripts", "check-layers")
+
+
+def layer_folders(root):
+    folders = []
+    with open(os.path.join(root, "LAYERS"), encoding="utf-8") as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if line and not line.startswith("seam ") and ":" in line:
+                folders.append(line.split(":", 1)[0].strip())
+    return folders
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A copy of the checkout's C++ folders, their READMEs and LAYERS."""
+    shutil.copy(os.path.join(ROOT, "LAYERS"), tmp_path / "LAYERS")
+    keep = shutil.ignore_patterns("__pycache__", "*.py", "*.json", "*.png", "*.html", "*.pt")
+    for folder in layer_folders(ROOT):
+        shutil.copytree(os.path.join(ROOT, folder), tmp_path / folder, ignore=keep)
+    return tmp_path
+
+
+def check(root):
+    return subprocess.run([sys.executable, SCRIPT, str(root)], capture_output=True, text=True)
+
+
+def append(path, text):
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+
+
+def test_this_checkout_follows_its_layers():
+    r = check(ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == ""
+
+
+def test_the_copy_follows_them_too(tree):
+    r = check(tree)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_an_include_that_reaches_up_a_layer_fails_naming_file_and_line(tree):
+    header = tree / "devices" / "device_set.h"
+    lines = header.read_text().count("\n")
+    append(header, '#include "run/runner.h"\n')
+    r = check(tree)
+    assert r.returncode == 1
+    assert f'devices/device_set.h:{lines + 1}: devices/ may not include "run/runner.h"' in r.stdout
+    assert "1 violation(s)" in r.stderr
+
+
+def test_the_harness_sees_the_strategy_interface_and_no_strategy_behind_it(tree):
+    source = tree / "run" / "parity.cpp"
+    append(source, '#include "strategies/strategy.h"\n')
+    assert check(tree).returncode == 0
+    append(source, '#include "strategies/data_parallel.h"\n')
+    r = check(tree)
+    assert r.returncode == 1
+    assert 'run/ may not include "strategies/data_parallel.h"' in r.stdout
+
+
+def test_a_view_may_not_reach_into_the_run(tree):
+    append(tree / "views" / "progress.cpp", '#include "run/runner.h"\n')
+    r = check(tree)
+    assert r.returncode == 1
+    assert 'views/ may not include "run/runner.h"' in r.stdout
+
+
+def test_a_relative_include_is_refused(tree):
+    append(tree / "run" / "runner.cpp", '#include "sampling.h"\n')
+    r = check(tree)
+    assert r.returncode == 1
+    assert '#include "sampling.h" is not a file of the project named from the repository root' in r.stdout
+
+
+def test_the_version_seam_stays_in_compat(tree):
+    append(tree / "devices" / "precision.cpp", "#if TORCH_VERSION_MAJOR >= 2\n#endif\n")
+    r = check(tree)
+    assert r.returncode == 1
+    assert "TORCH_VERSION is a version seam: only compat/ may use it" in r.stdout
+
+
+def test_a_folder_that_layers_does_not_know_fails(tree):
+    os.makedirs(tree / "sharded")
+    (tree / "sharded" / "zero.cpp").write_text('#include "base/errors.h"\n')
+    r = check(tree)
+    assert r.returncode == 1
+    assert "sharded/zero.cpp: its folder is no layer of LAYERS" in r.stdout
+
+
+def test_a_readme_that_says_otherwise_fails(tree):
+    readme = tree / "views" / "README.md"
+    readme.write_text(readme.read_text().replace("May use: base, records", "May use: base, records, run"))
+    r = check(tree)
+    assert r.returncode == 1
+    assert "views/README.md: 'May use:' says base, records, run, LAYERS says base, records" in r.stdout
+
+
+def test_a_layer_that_uses_one_above_it_is_a_cycle(tree):
+    layers = tree / "LAYERS"
+    layers.write_text(layers.read_text().replace("devices:        compat base\n",
+                                                 "devices:        compat base run\n"))
+    readme = tree / "devices" / "README.md"
+    readme.write_text(readme.read_text().replace("May use: compat, base", "May use: compat, base, run"))
+    r = check(tree)
+    assert r.returncode == 1
+    assert "LAYERS: devices may use 'run', listed after it" in r.stdout
+
+
+def test_malformed_layers_is_exit_two_in_one_line(tree):
+    append(tree / "LAYERS", "this line has no colon\n")
+    r = check(tree)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "LAYERS:" in r.stderr

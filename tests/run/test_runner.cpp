@@ -1,0 +1,155 @@
+// The runner end to end: noisy and degenerate cases, out of memory, the --timeout watchdog, and
+// signals in every phase, each ending with what was measured kept in the JSON.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/test_support.h"
+
+namespace ddpbench {
+namespace {
+
+using nlohmann::json;
+using testing::ddpbench_args;
+using testing::directory_entries;
+using testing::path_exists;
+using testing::read_text;
+using testing::run_process;
+using testing::ScratchDir;
+using testing::tiny_run;
+using testing::start_long_run;
+
+TEST(Runner, MaxCvMarksNoisyCasesInTableAndJson) {
+  // Real timings always vary a little: with --max-cv 0 every case is noisy, with 10 (1000%) none is.
+  for (const auto& [max_cv, noisy] : std::vector<std::pair<std::string, bool>>{{"0", true}, {"10", false}}) {
+    ScratchDir dir;
+    const auto r = run_process(tiny_run(dir.file("r.json"), {"--strategy", "single", "--max-cv", max_cv}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out.find("* noisy: repetitions vary more than --max-cv") != std::string::npos, noisy) << r.out;
+    const json doc = json::parse(read_text(dir.file("r.json")));
+    for (const auto& b : doc["benchmarks"]) EXPECT_EQ(b["ddpbench"]["noisy"].get<bool>(), noisy) << b["name"];
+  }
+}
+
+TEST(Runner, WorldSizeOneRunsAndSaysItDegenerates) {
+  ScratchDir dir;
+  const auto r = run_process(tiny_run(dir.file("r.json"), {"--strategy", "dp", "--world-size", "1"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("mlp/dp/world:1: world size 1: dp degenerates to one device"), std::string::npos) << r.out;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  EXPECT_EQ(doc["benchmarks"][0]["ddpbench"]["status"], "ok");
+  EXPECT_NE(doc["benchmarks"][0]["ddpbench"]["note"].get<std::string>().find("degenerates"), std::string::npos);
+}
+
+TEST(Runner, OutOfMemoryIsItsOwnStatusAndTheRunGoesOn) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  // A dataset of 10^11 samples: no machine has the memory, and LibTorch's CPU allocator says
+  // "can't allocate memory", not "out of memory".
+  const auto r = run_process(tiny_run(path, {"--strategy", "single,dp", "--dataset-size", "100000000000"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const json doc = json::parse(read_text(path));
+  int oom = 0;
+  for (const auto& b : doc["benchmarks"]) {
+    EXPECT_EQ(b["ddpbench"]["status"], "oom") << b["run_name"];
+    EXPECT_NE(b["ddpbench"]["reason"].get<std::string>().find("can't allocate memory"), std::string::npos);
+    ++oom;
+  }
+  EXPECT_EQ(oom, 2) << "the case after the first out-of-memory case was not tried";
+  EXPECT_NE(r.err.find("ddpbench: error: mlp/dp/world:2 oom: "), std::string::npos) << r.err;
+}
+
+TEST(Runner, AHungStepEndsTheRunWithinTheTimeoutKeepingWhatWasMeasured) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  // DDPBENCH_FAULT_HANG makes the first measured step of that case hang (fault injection).
+  const auto r = run_process(tiny_run(path, {"--strategy", "single,dp,dp-loss-in-model", "--timeout", "2"}),
+                             /*kill_after_ms=*/60000, {{"DDPBENCH_FAULT_HANG", "mlp/dp/world:2"}});
+  ASSERT_EQ(r.signal, 0) << "still running after 60 s: the watchdog did not end it";
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_LT(r.seconds, 30);
+  EXPECT_NE(r.err.find("mlp/dp/world:2: timed out: no step finished within 2 s (--timeout)"), std::string::npos) << r.err;
+  const json doc = json::parse(read_text(path));
+  EXPECT_FALSE(doc["context"]["ddpbench"]["complete"].get<bool>());
+  bool single_kept = false, dp_failed = false, never_reached = false;
+  for (const auto& b : doc["benchmarks"]) {
+    if (b["run_name"] == "mlp/single/world:1" && b["run_type"] == "iteration") single_kept = true;
+    if (b["run_name"] == "mlp/dp/world:2") {
+      dp_failed = b["ddpbench"]["status"] == "failed" && b["error_occurred"] == true &&
+                  b["ddpbench"]["reason"].get<std::string>().find("timed out") != std::string::npos;
+    }
+    // The case after the hung one never ran: it says so, rather than "ok" with nothing behind it.
+    if (b["run_name"] == "mlp/dp-loss-in-model/world:2") {
+      never_reached = b["ddpbench"]["status"] == "not_run" && b["error_occurred"] == true &&
+                      b["ddpbench"]["reason"] == "not run: the --timeout watchdog stopped the run first";
+    }
+  }
+  EXPECT_TRUE(single_kept) << "the repetition measured before the hang is lost";
+  EXPECT_TRUE(dp_failed);
+  EXPECT_TRUE(never_reached);
+  EXPECT_NE(r.out.find("mlp/dp-loss-in-model/world:2  not_run"), std::string::npos) << r.out;
+}
+
+// SIGINT or SIGTERM ends a run within 2 s in whatever phase it is, with the 130 of an interrupt.
+// (The rendezvous and worker start-up phases are tested with ddp and hogwild.)
+TEST(Runner, SignalsDuringTheParityCheckEndTheRunWithinTwoSeconds) {
+  for (int signal : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(strsignal(signal));
+    ScratchDir dir;
+    const auto path = dir.file("r.json");
+    // 10000 parity steps of wide-logits: minutes, so the signal lands in the parity check.
+    const auto r = run_process(tiny_run(path, {"--workload", "wide-logits", "--strategy", "single,dp", "--parity-steps",
+                                               "10000"}),
+                               /*kill_after_ms=*/2000, {}, signal);
+    EXPECT_EQ(r.exit_code, 130) << r.err;
+    EXPECT_LT(r.seconds_after_signal, 2.0);
+    const json doc = json::parse(read_text(path));
+    EXPECT_TRUE(doc["context"]["ddpbench"].contains("interruption"));
+    for (const auto& b : doc["benchmarks"]) {
+      EXPECT_EQ(b["ddpbench"]["status"], "not_run") << b["run_name"];
+      EXPECT_EQ(b["ddpbench"]["reason"], "not run: the run was interrupted first");
+    }
+  }
+}
+
+TEST(Runner, SignalsDuringMeasurementEndTheRunWithinTwoSeconds) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  const auto r = run_process(tiny_run(path, {"--strategy", "single,dp", "--steps", "1000000", "--parity-steps", "0"}),
+                             /*kill_after_ms=*/2000, {}, SIGTERM);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_LT(r.seconds_after_signal, 2.0);
+  EXPECT_FALSE(json::parse(read_text(path))["context"]["ddpbench"]["complete"].get<bool>());
+}
+
+TEST(Runner, InterruptKeepsMeasuredRepetitions) {
+  ScratchDir dir;
+  const auto path = dir.file("results.json");
+  const pid_t pid = start_long_run(path);
+  // Wait until some repetitions are in the file, then interrupt.
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (path_exists(path) && read_text(path).find("\"iteration\"") != std::string::npos) break;
+  }
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  const json doc = json::parse(read_text(path));
+  EXPECT_FALSE(doc["context"]["ddpbench"]["complete"].get<bool>());
+  EXPECT_TRUE(doc["context"]["ddpbench"].contains("interruption"));
+  int iterations = 0;
+  for (const auto& b : doc["benchmarks"]) iterations += b["run_type"] == "iteration";
+  EXPECT_GE(iterations, 1);
+}
+
+}  // namespace
+}  // namespace ddpbench
