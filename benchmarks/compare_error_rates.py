@@ -52,6 +52,8 @@ SETTINGS = {
     "ab": ["--steps", "30", "--warmup", "5"],
 }
 AB_MAX_TIME = 300
+# A recorded run with no results after this long is hung: the recording stops there, saying so.
+RECORD_RUN_LIMIT_SECONDS = 3600
 AB_MAX_ROUNDS = ab.DEFAULT_MAX_ROUNDS  # which run_ab leaves as it is, and a replay keeps
 AB = os.path.join(ROOT, "scripts", "ddpbench-ab")
 BASE = "base"  # the baseline side of a recorded round; the others are named by their slowdown
@@ -132,7 +134,8 @@ def record(exe, extra, rounds, slowdowns, workdir, log):
                 slow = [] if side == BASE or float(side) == 0 else ["--slow-by", side]
                 path = record_path(workdir, side, i, strategy)
                 t0 = time.time()
-                ab.run_one(side, exe, ab.with_strategy(args + slow, strategy), path)
+                ab.run_one(f"side {side} of {strategy}, round {i + 1}", exe, ab.with_strategy(args + slow, strategy),
+                           path, limit=RECORD_RUN_LIMIT_SECONDS)
                 with open(seconds_log, "a") as f:
                     f.write(json.dumps({"round": i, "strategy": strategy, "side": side, "started": t0,
                                         "seconds": time.time() - t0}) + "\n")
@@ -192,12 +195,20 @@ def replay_one(rec, side, order, rule="shared", max_rounds=AB_MAX_ROUNDS, max_ti
     same data."""
     # every case has per-step times (a quartile and a mean interval); one workload: a case a strategy
     intervals = 2 * len(rec.strategies)
-    elapsed = []
+    elapsed, slowest = [], {}
 
     def next_round(n):
-        i = order[n]
-        elapsed.append(sum(rec.seconds[i, st, s] for st in rec.strategies for s in (BASE, side)))
-        return elapsed[-1]
+        # ddpbench-ab's clock, run by run: a run starts only where FIT_FACTOR times its side's
+        # slowest earlier run of that strategy fits before max_time, else the round is left unfinished.
+        i, spent = order[n], 0.0
+        for j, st in enumerate(rec.strategies):
+            for s in ((BASE, side) if (n + j) % 2 == 0 else (side, BASE)):
+                if (s, st) in slowest and ab.FIT_FACTOR * slowest[s, st] > max_time - sum(elapsed) - spent:
+                    raise ab.OutOfTime()
+                spent += rec.seconds[i, st, s]
+                slowest[s, st] = max(rec.seconds[i, st, s], slowest.get((s, st), 0.0))
+        elapsed.append(spent)
+        return spent
 
     def judge_at(n, each):
         confidence = RULES[rule](each, intervals)

@@ -1,9 +1,11 @@
 """ddpbench-ab on real ddpbench runs: interleaved rounds, a paired verdict, its stopping rule, and
-what it does with bad input and with being killed."""
+what it does with bad input, with being killed, and with a side that fails, is killed or hangs
+(it judges only what it measured itself)."""
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -179,3 +181,110 @@ def test_killing_it_leaves_no_ddpbench_running(tmp_path):
     while running() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not running(), "ddpbench outlived the ddpbench-ab that started it"
+
+
+# ---- a side that fails: judged never, said in one line, exit 4, whatever --out held -------------
+
+def fake_build(tmp_path, name, body):
+    """An executable standing in for a build: a shell script with `body`."""
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+    return str(path)
+
+
+def run_ab_sides(out, baseline, current, *args, ddpbench_args=SMALL):
+    started = time.monotonic()
+    r = subprocess.run([SCRIPT, baseline, current, "--out", str(out), *args, "--", *ddpbench_args],
+                       capture_output=True, text=True)
+    return r, time.monotonic() - started
+
+
+def expect_run_failed(r, says):
+    assert r.returncode == ab.EXIT_RUN_FAILED, r.stdout + r.stderr
+    assert r.stdout == "", "something was judged: " + r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert says in lines[-1] and lines[-1].endswith("; nothing was judged"), r.stderr
+    assert all(line.startswith("ddpbench-ab: round") or line.startswith("ddpbench-ab: removed")
+               for line in lines[:-1]), r.stderr  # progress lines only, before the one that says why
+
+
+def test_a_failing_build_is_never_judged_by_an_earlier_runs_files(tmp_path):
+    out = tmp_path / "ab"
+    first = run_ab(out, "--max-rounds", "2")
+    assert first.returncode in (0, 3), first.stdout + first.stderr
+    assert (out / "rounds" / "current-0-single.json").exists() and (out / "current.json").exists()
+    # The same --out with a current build that exits 1 and writes nothing: the earlier round's file
+    # at the same path must not be read as this run's.
+    r, _ = run_ab_sides(out, DDPBENCH, "/bin/false", "--max-rounds", "2")
+    expect_run_failed(r, "current run of single, round 1: exit 1 without writing its results")
+    assert "removed 6 file(s) an earlier ddpbench-ab left" in r.stderr
+    assert not (out / "current.json").exists() and not (out / "baseline.json").exists()
+    assert sorted(os.listdir(out / "rounds")) == ["baseline-0-single.json"]  # this invocation's only
+
+
+def test_a_build_that_exits_zero_without_results_is_a_failure_too(tmp_path):
+    r, _ = run_ab_sides(tmp_path, fake_build(tmp_path, "quiet", "echo 'nothing to say' >&2\nexit 0\n"), DDPBENCH)
+    expect_run_failed(r, "baseline run of single, round 1: exit 0 without writing its results: nothing to say")
+
+
+def test_a_killed_build_is_named_with_its_signal(tmp_path):
+    r, _ = run_ab_sides(tmp_path, DDPBENCH, fake_build(tmp_path, "killed", "kill -KILL $$\n"))
+    expect_run_failed(r, "current run of single, round 1: killed by SIGKILL")
+
+
+def test_a_run_that_ends_with_incomplete_results_is_a_failure(tmp_path):
+    # ddpbench's own --timeout watchdog: exit 1 with the measured part, complete: false
+    hanging = fake_build(tmp_path, "watchdog", f"""\
+        DDPBENCH_FAULT_HANG=mlp/single/world:1 exec {DDPBENCH} "$@" --timeout 1
+        """)
+    r, _ = run_ab_sides(tmp_path, DDPBENCH, hanging)
+    expect_run_failed(r, "current run of single, round 1: exit 1, its results incomplete: ")
+    assert "timed out" in r.stderr
+
+
+def test_a_hung_build_is_stopped_at_max_time_with_every_process_it_started(tmp_path):
+    marker = str(4000 + os.getpid() % 1000)  # `sleep <marker>`: found in /proc afterwards, if left
+    hung = fake_build(tmp_path, "hung", f"sleep {marker} &\nwait\n")  # the child holds the pipe too
+    r, seconds = run_ab_sides(tmp_path, DDPBENCH, hung, "--max-time", "4")
+    expect_run_failed(r, "current run of single, round 1: no results after ")
+    assert "at --max-time: it hangs, or is slower than --max-time allows" in r.stderr
+    assert seconds < 4 + ab.STOP_GRACE_SECONDS + 5, seconds  # today: for ever
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read() == b"sleep\0" + marker.encode() + b"\0":
+                    left.append(pid)
+        except OSError:
+            pass
+    assert not left, "the hung build's child outlived it"
+
+
+def test_max_time_bounds_the_comparison_leaving_a_round_that_would_not_fit_unfinished(tmp_path):
+    # The current side takes 5 s longer a run: round 1 ends after about 8-13 s, and no current run
+    # (6 s or more before) fits twice into what is left of 15 s: round 2 is left unfinished and the
+    # one complete round is judged (one pair: no interval, so cannot tell).
+    slow = fake_build(tmp_path, "slow", f'sleep 5\nexec {DDPBENCH} "$@"\n')
+    r, seconds = run_ab_sides(tmp_path, DDPBENCH, slow, "--max-time", "15")
+    assert r.returncode == compare.EXIT_INCONCLUSIVE, r.stdout + r.stderr
+    assert "round 2 left unfinished: its next run would not end before --max-time" in r.stderr
+    assert "paired over 1 interleaved rounds" in r.stdout
+    assert seconds < 15 + 3, seconds
+    assert sorted(os.listdir(tmp_path / "rounds")) == ["baseline-0-single.json", "current-0-single.json"]
+
+
+def test_the_stopping_rule_judges_the_complete_rounds_when_a_round_cannot_finish():
+    seen = []
+
+    def next_round(n):
+        if n == 7:
+            raise ab.OutOfTime()
+        return 1.0
+
+    def judge_at(n, confidence):
+        seen.append(n)
+        return compare.Comparison(cases=[compare.CaseComparison("case", "inconclusive")])
+
+    comparison, n, _ = ab.sequential(next_round, judge_at, 20, 600, 0.95)
+    assert seen == [5, 7] and n == 7 and comparison.exit_code() == compare.EXIT_INCONCLUSIVE
