@@ -17,7 +17,6 @@ using nlohmann::json;
 using testing::ddpbench_args;
 using testing::directory_entries;
 using testing::path_exists;
-using testing::read_text;
 using testing::run_process;
 using testing::ScratchDir;
 using testing::tiny_run;

@@ -17,8 +17,6 @@ namespace ddpbench {
 namespace {
 
 using nlohmann::json;
-using testing::ddpbench_args;
-using testing::directory_entries;
 using testing::path_exists;
 using testing::read_text;
 using testing::run_process;

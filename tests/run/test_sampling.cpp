@@ -15,13 +15,9 @@ namespace ddpbench {
 namespace {
 
 using nlohmann::json;
-using testing::ddpbench_args;
-using testing::directory_entries;
-using testing::path_exists;
 using testing::read_text;
 using testing::run_process;
 using testing::ScratchDir;
-using testing::tiny_run;
 using testing::adaptive_run;
 using testing::median_entry;
 using testing::run_with_json;
