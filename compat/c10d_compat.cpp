@@ -75,6 +75,8 @@ bool have_nccl() {
 #endif
 }
 
+bool gloo_sends_bf16() { return TORCH_VERSION_MAJOR >= 2; }
+
 c10::intrusive_ptr<CollectiveBackend> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                       std::chrono::milliseconds timeout) {
 #ifdef USE_C10D_NCCL

@@ -50,4 +50,7 @@ c10::intrusive_ptr<CollectiveBackend> make_nccl_group(const c10::intrusive_ptr<c
                                                       std::chrono::milliseconds timeout);
 bool have_nccl();
 
+// Whether this LibTorch's Gloo sends bf16 tensors: 1.13's refuses them ("Invalid scalar type").
+bool gloo_sends_bf16();
+
 }  // namespace ddpbench::compat

@@ -147,6 +147,25 @@ void ProcessGroupContext::allreduce(const torch::Tensor& flat, const std::string
   wait(allreduce_async(flat), what);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupContext::send_async(const torch::Tensor& flat, int to, int tag) {
+  std::vector<torch::Tensor> tensors{flat};
+  return group_->send(tensors, to, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupContext::recv_async(const torch::Tensor& flat, int from, int tag) {
+  std::vector<torch::Tensor> tensors{flat};
+  return group_->recv(tensors, from, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupContext::reduce_scatter_base_async(torch::Tensor output,
+                                                                              torch::Tensor input) {
+  return group_->_reduce_scatter_base(output, input);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupContext::allgather_base_async(torch::Tensor output, torch::Tensor input) {
+  return group_->_allgather_base(output, input);
+}
+
 void ProcessGroupContext::broadcast_from_rank0(const std::vector<torch::Tensor>& tensors, const std::string& what) {
   std::vector<torch::ScalarType> dtypes;
   for (const auto& t : tensors) {

@@ -50,6 +50,15 @@ class ProcessGroupContext {
   // Waits within the timeout; throws CommFailure saying what was awaited.
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const;
   void allreduce(const torch::Tensor& flat, const std::string& what);
+  // Point to point, for rings built from them (collectives/): one contiguous tensor to or from one
+  // rank; both sides name the same tag.
+  c10::intrusive_ptr<c10d::Work> send_async(const torch::Tensor& flat, int to, int tag);
+  c10::intrusive_ptr<c10d::Work> recv_async(const torch::Tensor& flat, int from, int tag);
+  // The backend's own flat reduce-scatter (sum; this rank's shard of `input` into `output`) and
+  // all-gather (every rank's `input` into `output`, rank order). NCCL has both; Gloo has neither in
+  // 1.13 and only an all-reduce plus a slice in 2.x, so on CPU collectives/ builds rings instead.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_base_async(torch::Tensor output, torch::Tensor input);
+  c10::intrusive_ptr<c10d::Work> allgather_base_async(torch::Tensor output, torch::Tensor input);
   // Rank 0's values into every rank's `tensors` (flattened per dtype: one collective each).
   void broadcast_from_rank0(const std::vector<torch::Tensor>& tensors, const std::string& what);
   void barrier(const std::string& what);

@@ -1,0 +1,107 @@
+#include "collectives/shard_collectives.h"
+
+#include <chrono>
+
+#include "base/errors.h"
+#include "compat/c10d_compat.h"
+#include "distributed/process_group.h"
+
+namespace ddpbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The shard length, after checking that `whole` splits into the group's shards of `part`.
+std::int64_t shard_of(const ProcessGroupContext& group, const torch::Tensor& whole, const torch::Tensor& part,
+                      const std::string& what) {
+  const std::int64_t shard = part.numel();
+  if (whole.dim() != 1 || part.dim() != 1 || !whole.is_contiguous() || !part.is_contiguous()) {
+    throw CaseFailure(what + ": a shard collective takes flat contiguous buffers");
+  }
+  if (whole.numel() != shard * group.size()) {
+    throw CaseFailure(what + ": " + std::to_string(whole.numel()) + " elements do not split into " +
+                      std::to_string(group.size()) + " shards of " + std::to_string(shard) +
+                      " (pad with padded_numel)");
+  }
+  if (whole.scalar_type() != part.scalar_type() || whole.device() != part.device()) {
+    throw CaseFailure(what + ": the whole buffer and the shard differ in dtype or device");
+  }
+  if (group.kind() == DeviceKind::Cpu && whole.scalar_type() == torch::kBFloat16 && !compat::gloo_sends_bf16()) {
+    throw CaseFailure(what + ": this LibTorch's Gloo (1.x) cannot send bf16 tensors; LibTorch 2.x's can");
+  }
+  return shard;
+}
+
+// Chunk k (taken modulo the world size) of a flat buffer of `world` chunks.
+torch::Tensor chunk(const torch::Tensor& flat, int k, int world, std::int64_t shard) {
+  return flat.narrow(0, static_cast<std::int64_t>(((k % world) + world) % world) * shard, shard);
+}
+
+}  // namespace
+
+std::int64_t padded_numel(std::int64_t numel, int world) { return (numel + world - 1) / world * world; }
+
+CollectiveTraffic reduce_scatter(ProcessGroupContext& group, const torch::Tensor& input, const torch::Tensor& output,
+                                 const std::string& what, int tag) {
+  const auto start = Clock::now();
+  const std::int64_t shard = shard_of(group, input, output, what);
+  const int n = group.size(), r = group.rank();
+  CollectiveTraffic traffic;
+  traffic.bytes_sent = static_cast<std::int64_t>(n - 1) * shard * static_cast<std::int64_t>(input.element_size());
+  torch::NoGradGuard no_grad;
+  if (n == 1) {
+    output.copy_(input);
+    traffic.bytes_sent = 0;
+  } else if (group.kind() == DeviceKind::Cuda) {
+    group.wait(group.reduce_scatter_base_async(output, input), what);
+  } else {
+    // The ring: at step s this rank passes on chunk r-s-1, which it has summed so far, and adds the
+    // chunk r-s-2 its left neighbour has summed into its own. After N-1 steps chunk r holds every
+    // rank's contribution.
+    const torch::Tensor incoming = torch::empty_like(output);
+    for (int s = 0; s < n - 1; ++s) {
+      auto sent = group.send_async(chunk(input, r - s - 1, n, shard), (r + 1) % n, tag);
+      auto received = group.recv_async(incoming, (r - 1 + n) % n, tag);
+      group.wait(received, what);
+      group.wait(sent, what);
+      chunk(input, r - s - 2, n, shard).add_(incoming);
+    }
+    output.copy_(chunk(input, r, n, shard));
+  }
+  traffic.seconds = seconds_since(start);
+  return traffic;
+}
+
+CollectiveTraffic all_gather(ProcessGroupContext& group, const torch::Tensor& input, const torch::Tensor& output,
+                             const std::string& what, int tag) {
+  const auto start = Clock::now();
+  const std::int64_t shard = shard_of(group, output, input, what);
+  const int n = group.size(), r = group.rank();
+  CollectiveTraffic traffic;
+  traffic.bytes_sent = static_cast<std::int64_t>(n - 1) * shard * static_cast<std::int64_t>(input.element_size());
+  torch::NoGradGuard no_grad;
+  if (n == 1) {
+    output.copy_(input);
+    traffic.bytes_sent = 0;
+  } else if (group.kind() == DeviceKind::Cuda) {
+    group.wait(group.allgather_base_async(output, input), what);
+  } else {
+    // The ring: at step s this rank passes on chunk r-s (its own first, then what it was given) and
+    // receives chunk r-s-1 from its left neighbour, straight into place.
+    chunk(output, r, n, shard).copy_(input);
+    for (int s = 0; s < n - 1; ++s) {
+      auto sent = group.send_async(chunk(output, r - s, n, shard), (r + 1) % n, tag);
+      auto received = group.recv_async(chunk(output, r - s - 1, n, shard), (r - 1 + n) % n, tag);
+      group.wait(received, what);
+      group.wait(sent, what);
+    }
+  }
+  traffic.seconds = seconds_since(start);
+  return traffic;
+}
+
+}  // namespace ddpbench
