@@ -41,67 +41,72 @@ torch::Tensor chunk(const torch::Tensor& flat, int k, int world, std::int64_t sh
   return flat.narrow(0, static_cast<std::int64_t>(((k % world) + world) % world) * shard, shard);
 }
 
+// What both collectives share: the checks, one rank alone, the bytes sent and the time. `cuda`
+// starts NCCL's collective; `ring(n, r, shard)` is the Gloo ring.
+template <typename Cuda, typename Ring>
+CollectiveTraffic shard_collective(ProcessGroupContext& group, const torch::Tensor& input, const torch::Tensor& output,
+                                   const torch::Tensor& whole, const torch::Tensor& part, const std::string& what,
+                                   Cuda cuda, Ring ring) {
+  const auto start = Clock::now();
+  const std::int64_t shard = shard_of(group, whole, part, what);
+  const int n = group.size();
+  CollectiveTraffic traffic;
+  torch::NoGradGuard no_grad;
+  if (n == 1) {
+    output.copy_(input);
+  } else {
+    traffic.bytes_sent = static_cast<std::int64_t>(n - 1) * shard * static_cast<std::int64_t>(input.element_size());
+    if (group.kind() == DeviceKind::Cuda) {
+      group.wait(cuda(), what);
+    } else {
+      ring(n, group.rank(), shard);
+    }
+  }
+  traffic.seconds = seconds_since(start);
+  return traffic;
+}
+
 }  // namespace
 
 std::int64_t padded_numel(std::int64_t numel, int world) { return (numel + world - 1) / world * world; }
 
 CollectiveTraffic reduce_scatter(ProcessGroupContext& group, const torch::Tensor& input, const torch::Tensor& output,
                                  const std::string& what, int tag) {
-  const auto start = Clock::now();
-  const std::int64_t shard = shard_of(group, input, output, what);
-  const int n = group.size(), r = group.rank();
-  CollectiveTraffic traffic;
-  traffic.bytes_sent = static_cast<std::int64_t>(n - 1) * shard * static_cast<std::int64_t>(input.element_size());
-  torch::NoGradGuard no_grad;
-  if (n == 1) {
-    output.copy_(input);
-    traffic.bytes_sent = 0;
-  } else if (group.kind() == DeviceKind::Cuda) {
-    group.wait(group.reduce_scatter_base_async(output, input), what);
-  } else {
-    // The ring: at step s this rank passes on chunk r-s-1, which it has summed so far, and adds the
-    // chunk r-s-2 its left neighbour has summed into its own. After N-1 steps chunk r holds every
-    // rank's contribution.
-    const torch::Tensor incoming = torch::empty_like(output);
-    for (int s = 0; s < n - 1; ++s) {
-      auto sent = group.send_async(chunk(input, r - s - 1, n, shard), (r + 1) % n, tag);
-      auto received = group.recv_async(incoming, (r - 1 + n) % n, tag);
-      group.wait(received, what);
-      group.wait(sent, what);
-      chunk(input, r - s - 2, n, shard).add_(incoming);
-    }
-    output.copy_(chunk(input, r, n, shard));
-  }
-  traffic.seconds = seconds_since(start);
-  return traffic;
+  return shard_collective(
+      group, input, output, /*whole=*/input, /*part=*/output, what,
+      [&] { return group.reduce_scatter_base_async(output, input); },
+      [&](int n, int r, std::int64_t shard) {
+        // At step s this rank passes on chunk r-s-1, which it has summed so far, and adds the chunk
+        // r-s-2 its left neighbour has summed into its own. After N-1 steps chunk r holds every
+        // rank's contribution.
+        const torch::Tensor incoming = torch::empty_like(output);
+        for (int s = 0; s < n - 1; ++s) {
+          auto sent = group.send_async(chunk(input, r - s - 1, n, shard), (r + 1) % n, tag);
+          auto received = group.recv_async(incoming, (r - 1 + n) % n, tag);
+          group.wait(received, what);
+          group.wait(sent, what);
+          chunk(input, r - s - 2, n, shard).add_(incoming);
+        }
+        output.copy_(chunk(input, r, n, shard));
+      });
 }
 
 CollectiveTraffic all_gather(ProcessGroupContext& group, const torch::Tensor& input, const torch::Tensor& output,
                              const std::string& what, int tag) {
-  const auto start = Clock::now();
-  const std::int64_t shard = shard_of(group, output, input, what);
-  const int n = group.size(), r = group.rank();
-  CollectiveTraffic traffic;
-  traffic.bytes_sent = static_cast<std::int64_t>(n - 1) * shard * static_cast<std::int64_t>(input.element_size());
-  torch::NoGradGuard no_grad;
-  if (n == 1) {
-    output.copy_(input);
-    traffic.bytes_sent = 0;
-  } else if (group.kind() == DeviceKind::Cuda) {
-    group.wait(group.allgather_base_async(output, input), what);
-  } else {
-    // The ring: at step s this rank passes on chunk r-s (its own first, then what it was given) and
-    // receives chunk r-s-1 from its left neighbour, straight into place.
-    chunk(output, r, n, shard).copy_(input);
-    for (int s = 0; s < n - 1; ++s) {
-      auto sent = group.send_async(chunk(output, r - s, n, shard), (r + 1) % n, tag);
-      auto received = group.recv_async(chunk(output, r - s - 1, n, shard), (r - 1 + n) % n, tag);
-      group.wait(received, what);
-      group.wait(sent, what);
-    }
-  }
-  traffic.seconds = seconds_since(start);
-  return traffic;
+  return shard_collective(
+      group, input, output, /*whole=*/output, /*part=*/input, what,
+      [&] { return group.allgather_base_async(output, input); },
+      [&](int n, int r, std::int64_t shard) {
+        // At step s this rank passes on chunk r-s (its own first, then what it was given) and
+        // receives chunk r-s-1 from its left neighbour, straight into place.
+        chunk(output, r, n, shard).copy_(input);
+        for (int s = 0; s < n - 1; ++s) {
+          auto sent = group.send_async(chunk(output, r - s, n, shard), (r + 1) % n, tag);
+          auto received = group.recv_async(chunk(output, r - s - 1, n, shard), (r - 1 + n) % n, tag);
+          group.wait(received, what);
+          group.wait(sent, what);
+        }
+      });
 }
 
 }  // namespace ddpbench
