@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """PyTorch's own DistributedDataParallel on `mlp` (Debian's python3-torch, Gloo): the peer that
-benchmarks/compare_ddp.py runs against ddpbench's `ddp`. Same model, optimizer, synthetic data,
-per-rank batch and thread count; each rank pinned to its own cores as ddpbench pins its ranks.
-Prints rank 0's step times as JSON: {"step_ms": [...]}.
+benchmarks/compare_ddp.py runs against ddpbench's `ddp`, and, with OPTIMIZER `zero`, DDP with
+PyTorch's ZeroRedundancyOptimizer (ZeRO stage 1: each rank steps its share of the parameters and
+broadcasts it), the peer benchmarks/compare_zero.py runs against ddpbench's `zero1`. Same model,
+optimizer, synthetic data, per-rank batch and thread count; each rank pinned to its own cores as
+ddpbench pins its ranks. Prints rank 0's step times as JSON: {"step_ms": [...]}.
 
-    python_ddp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD [BUCKET_MB]
+    python_ddp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD [BUCKET_MB [sgd|zero]]
 """
 import json
 import os
@@ -24,7 +26,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def rank_main(rank, world, port, steps, warmup, batch, threads, bucket_mb, queue):
+def rank_main(rank, world, port, steps, warmup, batch, threads, bucket_mb, optimizer, queue):
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) >= world * threads:
         os.sched_setaffinity(0, cores[rank * threads:(rank + 1) * threads])
@@ -34,7 +36,11 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, bucket_mb, queue
     model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
                           nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    if optimizer == "zero":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.SGD, lr=0.01, momentum=0.9)
+    else:
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     gen = torch.Generator().manual_seed(42)
     size = 32 * batch
     inputs = torch.randn(size, 784, generator=gen)
@@ -63,10 +69,15 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, bucket_mb, queue
 def main():
     steps, warmup, batch, threads, world = (int(a) for a in sys.argv[1:6])
     bucket_mb = float(sys.argv[6]) if len(sys.argv) > 6 else 25.0
+    optimizer = sys.argv[7] if len(sys.argv) > 7 else "sgd"
+    if optimizer not in ("sgd", "zero"):
+        print(f"python_ddp_loop.py: OPTIMIZER must be sgd or zero, not {optimizer!r}", file=sys.stderr)
+        return 2
     ctx = mp.get_context("spawn")  # never fork a process that may have started threads
     queue = ctx.SimpleQueue()
     port = free_port()
-    procs = [ctx.Process(target=rank_main, args=(r, world, port, steps, warmup, batch, threads, bucket_mb, queue))
+    procs = [ctx.Process(target=rank_main, args=(r, world, port, steps, warmup, batch, threads, bucket_mb, optimizer,
+                                                           queue))
              for r in range(world)]
     for p in procs:
         p.start()

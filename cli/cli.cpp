@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <initializer_list>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -253,8 +254,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       ->capture_default_str();
   std::string bucket_mb = "25", checkpoint, checkpoint_every;
   bool no_overlap = false, grad_as_bucket_view = false, sync_bn = false;
-  app.add_option("--bucket-mb", bucket_mb, "ddp: largest gradient bucket, in MiB")->capture_default_str();
-  app.add_flag("--no-overlap", no_overlap, "ddp: all-reduce after backward instead of during it (the naive baseline)");
+  app.add_option("--bucket-mb", bucket_mb, "ddp, zero1, zero2: largest gradient bucket, in MiB")->capture_default_str();
+  app.add_flag("--no-overlap", no_overlap, "ddp, zero1, zero2: all-reduce (reduce-scatter) after backward instead of during it (the naive baseline)");
   app.add_flag("--grad-as-bucket-view", grad_as_bucket_view, "ddp: gradients live in the buckets (no copies)");
   app.add_flag("--sync-bn", sync_bn, "ddp: BatchNorm statistics over the global batch (SyncBatchNorm)");
   app.add_option("--checkpoint", checkpoint, "ddp: rank 0 saves the model here (loadable by torch::load)");
@@ -361,10 +362,20 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                        "no checkpoint would ever be written");
     }
   }
-  const bool runs_ddp = std::find(r.strategies.begin(), r.strategies.end(), "ddp") != r.strategies.end();
-  const std::vector<std::pair<const char*, bool>> ddp_flags = {{"--bucket-mb", app.count("--bucket-mb") > 0},
-                                                              {"--no-overlap", no_overlap},
-                                                              {"--grad-as-bucket-view", grad_as_bucket_view},
+  auto runs_any_of = [&](std::initializer_list<const char*> names) {
+    return std::any_of(names.begin(), names.end(), [&](const char* name) {
+      return std::find(r.strategies.begin(), r.strategies.end(), name) != r.strategies.end();
+    });
+  };
+  const bool runs_bucketed = runs_any_of({"ddp", "zero1", "zero2"});
+  for (const auto& [flag, given] : std::vector<std::pair<const char*, bool>>{
+           {"--bucket-mb", app.count("--bucket-mb") > 0}, {"--no-overlap", no_overlap}}) {
+    if (given && !runs_bucketed) {
+      throw UsageError(std::string(flag) + ": applies to ddp, zero1 and zero2 only, which --strategy does not include");
+    }
+  }
+  const bool runs_ddp = runs_any_of({"ddp"});
+  const std::vector<std::pair<const char*, bool>> ddp_flags = {{"--grad-as-bucket-view", grad_as_bucket_view},
                                                               {"--sync-bn", sync_bn},
                                                               {"--checkpoint", !checkpoint.empty()}};
   for (const auto& [flag, given] : ddp_flags) {

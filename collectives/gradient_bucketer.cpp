@@ -1,9 +1,6 @@
 #include "collectives/gradient_bucketer.h"
 
 #include <ATen/ops/mul.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <thread>
@@ -24,22 +21,6 @@ std::string mib(std::int64_t bytes) {
 
 }  // namespace
 
-// Fires after a parameter's gradient has been accumulated into .grad (a post-hook on its
-// AccumulateGrad node), which is when the value in .grad is final for this backward.
-class GradientBucketer::ReadyHook final : public torch::autograd::FunctionPostHook {
- public:
-  ReadyHook(GradientBucketer* owner, std::size_t param) : owner_(owner), param_(param) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    owner_->on_gradient_ready(param_);
-    return outputs;
-  }
-
- private:
-  GradientBucketer* owner_;
-  std::size_t param_;
-};
-
 GradientBucketer::GradientBucketer(std::vector<torch::Tensor> parameters, ProcessGroupContext& group,
                                    BucketOptions options)
     : parameters_(std::move(parameters)), group_(group), options_(options) {
@@ -47,25 +28,7 @@ GradientBucketer::GradientBucketer(std::vector<torch::Tensor> parameters, Proces
   bucket_of_.assign(parameters_.size(), 0);
   slot_of_.assign(parameters_.size(), 0);
 
-  // Reverse registration order: the last layers' gradients are ready first in backward.
-  std::vector<std::vector<std::size_t>> layout;
-  std::int64_t bytes_in_bucket = 0;
-  for (std::size_t k = parameters_.size(); k-- > 0;) {
-    const auto& p = parameters_[k];
-    const std::int64_t bytes = p.numel() * static_cast<std::int64_t>(p.element_size());
-    const bool same_kind = !layout.empty() && parameters_[layout.back().front()].scalar_type() == p.scalar_type() &&
-                           parameters_[layout.back().front()].device() == p.device();
-    // The first bucket closes at its own (smaller) cap; later ones at --bucket-mb.
-    const double cap_mb = layout.size() == 1 ? options_.first_cap_mb : options_.cap_mb;
-    const auto current_cap = static_cast<std::int64_t>(cap_mb * (1 << 20));
-    if (layout.empty() || !same_kind || (bytes_in_bucket > 0 && bytes_in_bucket + bytes > current_cap)) {
-      layout.emplace_back();
-      bytes_in_bucket = 0;
-    }
-    layout.back().push_back(k);
-    bytes_in_bucket += bytes;
-  }
-
+  const auto layout = plan_buckets(parameters_, {options_.cap_mb, options_.first_cap_mb});
   for (std::size_t b = 0; b < layout.size(); ++b) {
     auto bucket = std::make_shared<Bucket>();
     bucket->params = layout[b];
@@ -87,22 +50,9 @@ GradientBucketer::GradientBucketer(std::vector<torch::Tensor> parameters, Proces
   }
 
   for (std::size_t k = 0; k < parameters_.size(); ++k) {
-    auto& p = parameters_[k];
-    if (options_.grad_as_bucket_view) p.mutable_grad() = buckets_[bucket_of_[k]]->views[slot_of_[k]];
-    auto accumulator = torch::autograd::impl::grad_accumulator(p);
-    accumulator->add_post_hook(std::make_unique<ReadyHook>(this, k));
-    accumulators_.push_back(std::move(accumulator));
+    if (options_.grad_as_bucket_view) parameters_[k].mutable_grad() = buckets_[bucket_of_[k]]->views[slot_of_[k]];
   }
-}
-
-GradientBucketer::~GradientBucketer() {
-  // The model may outlive this bucketer: its accumulators must not call into a dead one.
-  for (auto& accumulator : accumulators_) {
-    auto& hooks = accumulator->post_hooks();
-    hooks.erase(std::remove_if(hooks.begin(), hooks.end(),
-                               [](const auto& h) { return dynamic_cast<ReadyHook*>(h.get()) != nullptr; }),
-                hooks.end());
-  }
+  hooks_ = std::make_unique<GradientReadyHooks>(parameters_, [this](std::size_t k) { on_gradient_ready(k); });
 }
 
 std::int64_t GradientBucketer::bytes_per_step() const {

@@ -12,12 +12,10 @@
 #include <mutex>
 #include <vector>
 
-#include "timing/phase_recorder.h"
+#include "collectives/bucket_plan.h"
+#include "collectives/gradient_ready_hooks.h"
 #include "distributed/process_group.h"
-
-namespace torch::autograd {
-struct Node;
-}
+#include "timing/phase_recorder.h"
 
 namespace ddpbench {
 
@@ -45,7 +43,6 @@ class GradientBucketer {
  public:
   // `parameters` in registration order; every rank must pass the same shapes in the same order.
   GradientBucketer(std::vector<torch::Tensor> parameters, ProcessGroupContext& group, BucketOptions options);
-  ~GradientBucketer();
   GradientBucketer(const GradientBucketer&) = delete;
   GradientBucketer& operator=(const GradientBucketer&) = delete;
 
@@ -81,8 +78,6 @@ class GradientBucketer {
     std::atomic<std::int64_t> completed_ns{0};  // set by the work's completion callback
     PhaseRecorder::AsyncRange range;            // ended by the completion callback
   };
-  class ReadyHook;
-
   void on_gradient_ready(std::size_t param);
   void launch_ready_buckets();  // in index order, as every rank must
   void launch(Bucket& bucket);
@@ -94,7 +89,7 @@ class GradientBucketer {
   std::vector<std::shared_ptr<Bucket>> buckets_;  // shared with in-flight completion callbacks
   std::vector<std::size_t> bucket_of_;
   std::vector<std::size_t> slot_of_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // their hooks die with them
+  std::unique_ptr<GradientReadyHooks> hooks_;  // declared after buckets_: its hooks go before they do
   std::mutex mutex_;  // hooks may fire on several autograd threads
   std::size_t next_launch_ = 0;
   std::vector<char> ready_;  // which parameters' gradients arrived this step

@@ -84,6 +84,11 @@ CpuMemoryCounter::DeviceScope::~DeviceScope() { t_device = previous_; }
 
 int CpuMemoryCounter::current_device() { return t_device; }
 
+std::optional<int> CpuMemoryCounter::device_of(const c10::DataPtr& data) {
+  if (data.get_deleter() != &delete_counted || data.get_context() == nullptr) return std::nullopt;
+  return (static_cast<const AllocationHeader*>(data.get_context()) - 1)->device;
+}
+
 std::int64_t CpuMemoryCounter::current_bytes(int device) { return g_counters[device].current.load(); }
 std::int64_t CpuMemoryCounter::peak_bytes(int device) { return g_counters[device].peak.load(); }
 

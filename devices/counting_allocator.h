@@ -2,7 +2,10 @@
 // Per-virtual-device accounting of CPU tensor memory. A wrapping CPU allocator counts every
 // allocation against the virtual device of the thread that made it (DeviceScope), so a CPU run can
 // show what a GPU run shows with the caching allocator: current and peak bytes per device.
+#include <c10/core/Allocator.h>
+
 #include <cstdint>
+#include <optional>
 
 namespace ddpbench {
 
@@ -31,6 +34,10 @@ class CpuMemoryCounter {
     int previous_;
   };
   static int current_device();
+
+  // The virtual device an allocation of this allocator was charged to; nothing for memory it did
+  // not allocate (shared memory, tensors from before install()).
+  static std::optional<int> device_of(const c10::DataPtr& data);
 
   static std::int64_t current_bytes(int device);
   static std::int64_t peak_bytes(int device);

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <string>
+#include <unordered_set>
 
 #include "devices/counting_allocator.h"
 #include "compat/torch_compat.h"
@@ -52,6 +53,36 @@ std::vector<DeviceMemory> MemoryProbe::read() const {
     out.push_back(m);
   }
   return out;
+}
+
+void MemoryProbe::add_held_bytes(std::vector<DeviceMemory>& memory, const HeldTensors& held) const {
+  if (held.held_by_other_processes) return;
+  for (auto& m : memory) {
+    m.parameter_bytes = 0;
+    m.gradient_bytes = 0;
+    m.optimizer_state_bytes = held.optimizer_state_known ? std::optional<std::int64_t>(0) : std::nullopt;
+  }
+  std::unordered_set<const void*> counted;  // storages, by their data: views and aliases count once
+  auto count = [&](const std::vector<torch::Tensor>& tensors, std::optional<std::int64_t> DeviceMemory::*kind) {
+    for (const auto& t : tensors) {
+      if (!t.defined() || !t.has_storage()) continue;
+      const auto& storage = t.storage();
+      const void* data = storage.data_ptr().get();
+      if (data == nullptr || !counted.insert(data).second) continue;
+      std::optional<int> index;
+      if (devices_.is_cuda()) {
+        if (t.is_cuda()) index = t.get_device() - first_cuda_device_;
+      } else if (t.device().is_cpu()) {
+        index = CpuMemoryCounter::device_of(storage.data_ptr());
+      }
+      if (!index || *index < 0 || *index >= static_cast<int>(memory.size())) continue;
+      auto& bytes = memory[static_cast<size_t>(*index)].*kind;
+      if (bytes) *bytes += static_cast<std::int64_t>(storage.nbytes());
+    }
+  };
+  count(held.parameters, &DeviceMemory::parameter_bytes);
+  count(held.gradients, &DeviceMemory::gradient_bytes);
+  count(held.optimizer_state, &DeviceMemory::optimizer_state_bytes);
 }
 
 std::optional<std::int64_t> MemoryProbe::process_peak_rss_bytes() {

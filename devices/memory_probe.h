@@ -1,6 +1,8 @@
 #pragma once
 // Peak memory per device for one measured window: the CUDA caching allocator's peaks on GPUs, the
 // counting CPU allocator's per-virtual-device peaks on CPU, and the process's peak RSS.
+#include <torch/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -17,6 +19,21 @@ struct DeviceMemory {
   // Bytes already held on the device when the repetition began, before its strategy was built:
   // what earlier cases left there. Part of every peak above; 0 when cases are measured like with like.
   std::optional<std::int64_t> held_before_bytes;
+  // What the strategy held on the device at the end of the window, between steps, by kind: part of
+  // the peak; the rest of the peak is activations, communication buffers and temporaries. Nothing
+  // where it cannot be told (an optimizer whose state this build cannot read).
+  std::optional<std::int64_t> parameter_bytes;
+  std::optional<std::int64_t> gradient_bytes;
+  std::optional<std::int64_t> optimizer_state_bytes;
+};
+
+// The tensors a strategy holds between steps, by kind.
+struct HeldTensors {
+  std::vector<torch::Tensor> parameters;
+  std::vector<torch::Tensor> gradients;
+  std::vector<torch::Tensor> optimizer_state;
+  bool optimizer_state_known = true;
+  bool held_by_other_processes = false;  // hogwild's worker processes: nothing here to count
 };
 
 class MemoryProbe {
@@ -31,6 +48,11 @@ class MemoryProbe {
   // Starts a window: peaks restart from what is held now.
   void reset();
   std::vector<DeviceMemory> read() const;
+  // Fills each entry's bytes by kind from `held`: each storage counted once, under the first kind
+  // that names it (parameters, then gradients, then optimizer state), on the device it lives on (on
+  // CPU, the virtual device its allocation was charged to). Tensors on no probed device are not
+  // counted.
+  void add_held_bytes(std::vector<DeviceMemory>& memory, const HeldTensors& held) const;
   // Peak resident set of this process since the last reset (VmHWM), if the kernel reports it.
   static std::optional<std::int64_t> process_peak_rss_bytes();
 

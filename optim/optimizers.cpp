@@ -54,6 +54,9 @@ class MultiTensorOptimizer : public torch::optim::Optimizer {
  public:
   using Optimizer::Optimizer;
 
+  // The state tensors it holds now (none before its first step).
+  virtual std::vector<torch::Tensor> state_tensors() const = 0;
+
   torch::Tensor step(LossClosure closure = nullptr) final {
     torch::NoGradGuard no_grad;
     torch::Tensor loss;
@@ -128,6 +131,13 @@ class MultiTensorAdamW final : public MultiTensorOptimizer {
   }
 
  private:
+  std::vector<torch::Tensor> state_tensors() const override {
+    std::vector<torch::Tensor> out = exp_avgs_;
+    out.insert(out.end(), exp_avg_sqs_.begin(), exp_avg_sqs_.end());
+    out.insert(out.end(), steps_.begin(), steps_.end());
+    return out;
+  }
+
   torch::optim::AdamWOptions options_;
   std::vector<torch::Tensor> exp_avgs_, exp_avg_sqs_, steps_;
   std::vector<std::int64_t> step_counts_;
@@ -183,6 +193,13 @@ class MultiTensorSgd final : public MultiTensorOptimizer {
   }
 
  private:
+  std::vector<torch::Tensor> state_tensors() const override {
+    std::vector<torch::Tensor> out;
+    for (const auto& b : buffers_)
+      if (b.defined()) out.push_back(b);
+    return out;
+  }
+
   torch::optim::SGDOptions options_;
   std::vector<torch::Tensor> buffers_;
 };
@@ -191,6 +208,32 @@ class MultiTensorSgd final : public MultiTensorOptimizer {
 
 std::string optimizer_implementation(c10::DeviceType device_type) {
   return compat::has_fused_optimizers(device_type) ? "fused" : "foreach";
+}
+
+std::optional<std::vector<torch::Tensor>> optimizer_state_tensors(const torch::optim::Optimizer& optimizer) {
+  if (const auto* ours = dynamic_cast<const MultiTensorOptimizer*>(&optimizer)) return ours->state_tensors();
+  // LibTorch's own (a plug-in's workload may build them): their per-parameter state objects.
+  std::vector<torch::Tensor> out;
+  auto add = [&out](const torch::Tensor& t) {
+    if (t.defined()) out.push_back(t);
+  };
+  for (const auto& entry : optimizer.state()) {
+    const auto* state = entry.second.get();
+    if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state)) {
+      add(sgd->momentum_buffer());
+    } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(state)) {
+      add(adamw->exp_avg());
+      add(adamw->exp_avg_sq());
+      add(adamw->max_exp_avg_sq());
+    } else if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state)) {
+      add(adam->exp_avg());
+      add(adam->exp_avg_sq());
+      add(adam->max_exp_avg_sq());
+    } else {
+      return std::nullopt;  // a state this build cannot read
+    }
+  }
+  return out;
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_adamw(std::vector<torch::Tensor> parameters,

@@ -5,10 +5,12 @@
 // parameter and step, which on a GPU is launch overhead the Python optimizers (foreach by default
 // on CUDA, fused on request) do not pay. Same arithmetic as torch::optim::AdamW / SGD, tested
 // against them (tests/optim/test_optimizers.cpp).
+#include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,10 @@ namespace ddpbench {
 
 // Which implementation an optimizer of this build uses on `device_type`: "fused" or "foreach".
 std::string optimizer_implementation(c10::DeviceType device_type);
+
+// The tensors an optimizer's state holds now (momentum, moments, step counts): ours, and LibTorch's
+// SGD, Adam and AdamW. Nothing for an optimizer whose state this build cannot read.
+std::optional<std::vector<torch::Tensor>> optimizer_state_tensors(const torch::optim::Optimizer& optimizer);
 
 // Supported: weight decay, no amsgrad. Throws std::invalid_argument for amsgrad.
 std::unique_ptr<torch::optim::Optimizer> make_adamw(std::vector<torch::Tensor> parameters,

@@ -36,7 +36,10 @@ json memory_to_json(const std::vector<DeviceMemory>& memory) {
                    {"cuda", m.kind == DeviceKind::Cuda},
                    {"allocated", optional_to_json(m.peak_allocated_bytes)},
                    {"reserved", optional_to_json(m.peak_reserved_bytes)},
-                   {"held_before", optional_to_json(m.held_before_bytes)}});
+                   {"held_before", optional_to_json(m.held_before_bytes)},
+                   {"parameters", optional_to_json(m.parameter_bytes)},
+                   {"gradients", optional_to_json(m.gradient_bytes)},
+                   {"optimizer_state", optional_to_json(m.optimizer_state_bytes)}});
   }
   return out;
 }
@@ -49,6 +52,9 @@ std::vector<DeviceMemory> memory_from_json(const json& j) {
     d.peak_allocated_bytes = optional_from_json<std::int64_t>(m.at("allocated"));
     d.peak_reserved_bytes = optional_from_json<std::int64_t>(m.at("reserved"));
     d.held_before_bytes = optional_from_json<std::int64_t>(m.at("held_before"));
+    d.parameter_bytes = optional_from_json<std::int64_t>(m.at("parameters"));
+    d.gradient_bytes = optional_from_json<std::int64_t>(m.at("gradients"));
+    d.optimizer_state_bytes = optional_from_json<std::int64_t>(m.at("optimizer_state"));
     out.push_back(d);
   }
   return out;
@@ -106,7 +112,11 @@ std::string encode(const RepetitionRecord& r) {
             {"world_size", r.comm->world_size},
             {"bytes_per_step", r.comm->bytes_per_step},
             {"buckets", r.comm->buckets},
-            {"allreduce_seconds_per_step", r.comm->allreduce_seconds_per_step}};
+            {"allreduce_seconds_per_step", r.comm->allreduce_seconds_per_step},
+            {"reduce_scatter_bytes_per_step", r.comm->reduce_scatter_bytes_per_step},
+            {"all_gather_bytes_per_step", r.comm->all_gather_bytes_per_step},
+            {"reduce_scatter_seconds_per_step", r.comm->reduce_scatter_seconds_per_step},
+            {"all_gather_seconds_per_step", r.comm->all_gather_seconds_per_step}};
   }
   return json{{"index", r.index},
               {"step_seconds", r.step_seconds},
@@ -145,6 +155,10 @@ RepetitionRecord decode_repetition(const std::string& text) {
       s.bytes_per_step = c.at("bytes_per_step").get<std::int64_t>();
       s.buckets = c.at("buckets").get<int>();
       s.allreduce_seconds_per_step = c.at("allreduce_seconds_per_step").get<double>();
+      s.reduce_scatter_bytes_per_step = c.at("reduce_scatter_bytes_per_step").get<std::int64_t>();
+      s.all_gather_bytes_per_step = c.at("all_gather_bytes_per_step").get<std::int64_t>();
+      s.reduce_scatter_seconds_per_step = c.at("reduce_scatter_seconds_per_step").get<double>();
+      s.all_gather_seconds_per_step = c.at("all_gather_seconds_per_step").get<double>();
       for (const auto& b : c.at("bucket_timeline")) {
         s.bucket_timeline.push_back({b.at("bytes").get<std::int64_t>(), b.at("ready_seconds").get<double>(),
                                      b.at("allreduce_seconds").get<double>()});

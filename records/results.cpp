@@ -25,11 +25,31 @@ std::optional<double> RepetitionRecord::straggler_spread() const {
   if (ranks.size() < 2) return std::nullopt;
   std::vector<double> own_work;
   for (const auto& r : ranks) {
-    own_work.push_back(r.mean_step_seconds - r.phase_seconds[static_cast<int>(Phase::CommExposed)]);
+    double waiting = 0;
+    for (Phase p : {Phase::CommExposed, Phase::ReduceScatterExposed, Phase::AllGatherExposed}) {
+      waiting += r.phase_seconds[static_cast<int>(p)];
+    }
+    own_work.push_back(r.mean_step_seconds - waiting);
   }
   const double median = stats::median(own_work);
   if (median <= 0) return std::nullopt;
   return *std::max_element(own_work.begin(), own_work.end()) / median;
+}
+
+std::int64_t ring_bytes_sent(const CommSummary& comm) {
+  const std::int64_t n = comm.world_size;
+  if (n < 2) return 0;
+  const std::int64_t payload =
+      2 * comm.bytes_per_step + comm.reduce_scatter_bytes_per_step + comm.all_gather_bytes_per_step;
+  return payload * (n - 1) / n;
+}
+
+std::optional<std::int64_t> other_peak_bytes(const DeviceMemory& memory) {
+  if (!memory.peak_allocated_bytes || !memory.parameter_bytes || !memory.gradient_bytes ||
+      !memory.optimizer_state_bytes) {
+    return std::nullopt;
+  }
+  return *memory.peak_allocated_bytes - *memory.parameter_bytes - *memory.gradient_bytes - *memory.optimizer_state_bytes;
 }
 
 std::optional<double> bus_bandwidth(const CommSummary& comm) {

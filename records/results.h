@@ -62,8 +62,16 @@ struct RepetitionRecord {
   std::optional<double> straggler_spread() const;
 };
 
+// The bytes each rank sends per step where every collective is NCCL's ring: an all-reduce sends
+// 2(N-1)/N of its payload, a reduce-scatter or an all-gather (N-1)/N. The measure by which ZeRO's
+// table compares the strategies (1x ddp for zero1 and zero2, 1.5x for fsdp).
+std::int64_t ring_bytes_sent(const CommSummary& comm);
 // nccl-tests' bus bandwidth of the gradient all-reduce: bytes x 2(n-1)/n / time, in bytes/s.
 std::optional<double> bus_bandwidth(const CommSummary& comm);
+
+// The part of a device's peak that is not parameters, gradients or optimizer state held between
+// steps: activations, communication buffers, temporaries. Nothing where a part is unknown.
+std::optional<std::int64_t> other_peak_bytes(const DeviceMemory& memory);
 
 struct ParityRecord {
   int steps = 0;

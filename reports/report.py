@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from . import results, stats  # noqa: E402
 
 PHASE_ORDER = ["data", "replicate", "scatter", "forward", "gather_loss", "backward", "reduce", "comm_exposed",
+               "reduce_scatter_exposed", "all_gather_exposed",
                "worker_wait", "optimizer", "checkpoint", "residual"]
 
 
@@ -182,6 +183,34 @@ def chart_memory(cases, out_dir):
     return _save(fig, out_dir, "memory.png")
 
 
+MEMORY_KINDS = [("parameter_bytes", "parameters", "#4c72b0"), ("gradient_bytes", "gradients", "#dd8452"),
+                ("optimizer_state_bytes", "optimizer state", "#55a868"),
+                ("other_bytes", "other (activations, buffers)", "#c7c7c7")]
+
+
+def chart_memory_by_kind(cases, out_dir):
+    """Device 0's peak split into what the strategy holds between steps, by kind, and the rest."""
+    def split(c):
+        mem = c.median["ddpbench"].get("memory") or []
+        parts = [mem[0].get(key) for key, _, _ in MEMORY_KINDS] if mem else [None]
+        return None if any(p is None for p in parts) else parts
+    data = [(c, split(c)) for c in measured(cases) if c.median]
+    data = [(c, parts) for c, parts in data if parts]
+    if not data:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(data) + 2), 4))
+    bottom = [0.0] * len(data)
+    for k, (_, label, color) in enumerate(MEMORY_KINDS):
+        vals = [max(parts[k], 0) / 2 ** 20 for _, parts in data]
+        ax.bar(range(len(data)), vals, 0.6, bottom=bottom, label=label, color=color)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(range(len(data)), [_label(c) for c, _ in data], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("device 0 peak (MiB)")
+    ax.set_title("Memory on device 0 by kind (held between steps; the rest of the peak on top)")
+    ax.legend(fontsize=8)
+    return _save(fig, out_dir, "memory_by_kind.png")
+
+
 def chart_phases(cases, out_dir):
     data = [c for c in measured(cases) if c.median and c.median["ddpbench"].get("phases_ms")]
     if not data:
@@ -238,6 +267,7 @@ def chart_step_times(cases, out_dir):
 
 
 CHARTS = [("Throughput", chart_throughput), ("Scaling efficiency", chart_scaling), ("Memory per device", chart_memory),
+          ("Memory by kind", chart_memory_by_kind),
           ("Phase breakdown", chart_phases), ("Loss against samples seen", chart_loss),
           ("Step-time distributions", chart_step_times)]
 

@@ -69,6 +69,10 @@ _SCHEMA = {
     "benchmarks/[*]/ddpbench/memory/[*]/peak_allocated_bytes": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/memory/[*]/peak_reserved_bytes": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/memory/[*]/held_before_bytes": (_NUM, _NULL),
+    "benchmarks/[*]/ddpbench/memory/[*]/parameter_bytes": (_NUM, _NULL),
+    "benchmarks/[*]/ddpbench/memory/[*]/gradient_bytes": (_NUM, _NULL),
+    "benchmarks/[*]/ddpbench/memory/[*]/optimizer_state_bytes": (_NUM, _NULL),
+    "benchmarks/[*]/ddpbench/memory/[*]/other_bytes": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/memory_imbalance": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/data_path": (_STR,),
     "benchmarks/[*]/ddpbench/scaling_efficiency": (_NUM, _NULL),
@@ -92,12 +96,19 @@ _SCHEMA = {
     "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]/bytes": (_NUM,),
     "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]/ready_ms": (_NUM,),
     "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]/allreduce_ms": (_NUM,),
+    "benchmarks/[*]/ddpbench/comm/reduce_scatter_bytes_per_step": (_NUM,),
+    "benchmarks/[*]/ddpbench/comm/all_gather_bytes_per_step": (_NUM,),
+    "benchmarks/[*]/ddpbench/comm/bytes_sent_per_step": (_NUM,),
+    "benchmarks/[*]/ddpbench/comm/reduce_scatter_ms": (_NUM,),
+    "benchmarks/[*]/ddpbench/comm/all_gather_ms": (_NUM,),
 }
 # Fields that are times, sizes or rates: never negative. (Real times of measured entries must be
 # above zero as well; the readers of samples check that.)
 _NON_NEGATIVE = re.compile(r"^benchmarks/\[\*\]/(real_time|cpu_time|items_per_second|bytes|busbw|bytes_per_second"
                            r"|ddpbench/(step_times_ms/\[\*\]|world_size|global_batch|workload_facts/gradient_bytes"
-                           r"|comm/bytes_per_step|comm/bucket_timeline/\[\*\]/(bytes|ready_ms|allreduce_ms)))$")
+                           r"|comm/bytes_per_step|comm/bucket_timeline/\[\*\]/(bytes|ready_ms|allreduce_ms)"
+                           r"|comm/(reduce_scatter|all_gather|bytes_sent)_(bytes_)?per_step|comm/(reduce_scatter|all_gather)_ms"
+                           r"|memory/\[\*\]/(parameter|gradient|optimizer_state)_bytes))$")
 
 
 def _check_tree(value, path, where):

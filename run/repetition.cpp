@@ -134,6 +134,7 @@ RepetitionRecord measure_repetition(CaseBuilder& builder, StepListener& listener
   rep.final_loss = rep.step_losses.back();
   for (auto& p : rep.phase_seconds) p /= static_cast<double>(options.steps);
   rep.memory = memory.read();
+  memory.add_held_bytes(rep.memory, strategy->held_tensors());
   rep.peak_rss_bytes = MemoryProbe::process_peak_rss_bytes();
   rep.comm = strategy->comm_summary();
   rep.async = strategy->async_summary();

@@ -10,6 +10,7 @@
 
 #include "base/atomic_file.h"
 #include "distributed/process_group.h"
+#include "strategies/rank_state.h"
 #include "strategies/strategy.h"
 #include "compat/torch_compat.h"
 #include "collectives/gradient_bucketer.h"
@@ -38,34 +39,6 @@ struct AllReduceSum : torch::autograd::Function<AllReduceSum> {
     return {sum, torch::Tensor()};
   }
 };
-
-// Checks that every rank starts from the same weights before rank 0's are broadcast over them:
-// ranks that loaded different --model files (a stale copy on one node) would otherwise train rank
-// 0's model without a word. Each rank's fingerprint (a position-weighted float64 sum of every
-// tensor) is all-reduced into a vector of all of them, so every rank names the same culprit.
-void check_same_initial_state(const std::vector<torch::Tensor>& state, ProcessGroupContext& group) {
-  torch::NoGradGuard no_grad;
-  // Summed where the tensors are, read once: an item() per tensor would be a device sync each on CUDA.
-  const auto options = torch::TensorOptions().dtype(torch::kDouble).device(state.at(0).device());
-  auto fingerprint = torch::zeros({}, options);
-  for (size_t i = 0; i < state.size(); ++i) {
-    fingerprint += static_cast<double>(i + 1) * state[i].to(torch::kDouble).sum();
-  }
-  auto all = torch::zeros({group.size()}, options);
-  all[group.rank()] = fingerprint;
-  group.allreduce(all, "check of every rank's initial weights");
-  const auto fingerprints = all.cpu();
-  for (int r = 1; r < group.size(); ++r) {
-    const double a = fingerprints[0].item<double>(), b = fingerprints[r].item<double>();
-    if (a != b) {
-      std::ostringstream message;
-      message.precision(17);
-      message << "ddp: rank " << r << " starts from other weights than rank 0 (fingerprint " << b << " against " << a
-              << "): every rank must build or load the same model (the same --model file on every node)";
-      throw CaseFailure(message.str());
-    }
-  }
-}
 
 // Rank 0 writes the plain model (SyncBatchNorm layers keep BatchNorm's names), atomically and only
 // over a regular file (the path was claimed before the run: cli/output_paths.h).
@@ -108,8 +81,7 @@ class DdpStrategy final : public Strategy {
     std::vector<torch::Tensor> state = model_->parameters();
     buffers_ = model_->buffers();
     state.insert(state.end(), buffers_.begin(), buffers_.end());
-    check_same_initial_state(state, *group_);
-    group_->broadcast_from_rank0(state, "initial broadcast of rank 0's parameters and buffers");
+    start_from_rank0_state(state, *group_, "ddp");
     // With SyncBatchNorm every rank computes the same statistics; otherwise, as DDP, rank 0's
     // buffers are the truth and are broadcast before every forward.
     broadcast_buffers_ = !options_.sync_bn && !buffers_.empty();
@@ -128,24 +100,10 @@ class DdpStrategy final : public Strategy {
   }
 
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
-    torch::Tensor inputs, targets, loss, global_loss;
-    {
-      auto scope = phases.scope(Phase::Data);
-      inputs = batch.inputs.to(device_, /*non_blocking=*/true);
-      targets = batch.targets.to(device_, /*non_blocking=*/true);
-    }
-    if (broadcast_buffers_) {
-      auto scope = phases.scope(Phase::Replicate);
-      group_->broadcast_from_rank0(buffers_, "broadcast of rank 0's buffers");
-    }
-    {
-      auto scope = phases.scope(Phase::Forward);
-      AutocastScope autocast(precision_, device_);
-      loss = workload_->forward_loss(*model_, inputs, targets);
-    }
-    // Each rank's gradient enters the buckets weighted by its share of the global batch, so the
-    // sum over ranks is the gradient of the global mean loss, also when shards differ by a sample.
-    const double share = static_cast<double>(inputs.size(0)) / static_cast<double>(global_batch_);
+    const auto [loss, share] = rank_forward(batch, *workload_, *model_, device_, *group_,
+                                            broadcast_buffers_ ? buffers_ : std::vector<torch::Tensor>{}, precision_,
+                                            global_batch_, phases);
+    torch::Tensor global_loss;
     bucketer_->prepare_step(share, loss.detach() * share, &phases);
     {
       auto scope = phases.scope(Phase::Backward);

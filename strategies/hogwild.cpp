@@ -90,6 +90,11 @@ class HogwildStrategy final : public Strategy {
     threads_ = std::make_unique<DeviceWorkers>(setup.devices, workers_count_, cuda_ ? 1 : setup.spec.world_size);
   }
 
+  void do_held_tensors(HeldTensors& held) override {
+    // Processes mode: the workers' models, gradients and optimizers live in their own processes.
+    if (processes_) held.held_by_other_processes = true;
+  }
+
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
     if (processes_) return step_processes(batch, phases);
     torch::Tensor inputs, targets;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/errors.h"
+#include "optim/optimizers.h"
 
 namespace ddpbench {
 
@@ -12,6 +13,36 @@ OptimizerFactory training_optimizer(const Workload& workload) {
 
 OptimizerFactory parity_optimizer(const Workload& workload) {
   return [&workload](std::vector<torch::Tensor> params) { return workload.make_parity_optimizer(std::move(params)); };
+}
+
+void Strategy::setup(const StrategySetup& setup) {
+  StrategySetup noted = setup;
+  noted.make_optimizer = [this, make = setup.make_optimizer](std::vector<torch::Tensor> parameters) {
+    auto optimizer = make(std::move(parameters));
+    std::lock_guard<std::mutex> lock(optimizers_mutex_);
+    optimizers_.push_back(optimizer.get());
+    return optimizer;
+  };
+  do_setup(noted);
+}
+
+HeldTensors Strategy::held_tensors() {
+  HeldTensors held;
+  held.parameters = do_trained_parameters();
+  std::lock_guard<std::mutex> lock(optimizers_mutex_);
+  for (const auto* optimizer : optimizers_) {
+    for (const auto& group : optimizer->param_groups())
+      held.parameters.insert(held.parameters.end(), group.params().begin(), group.params().end());
+    if (auto state = optimizer_state_tensors(*optimizer)) {
+      held.optimizer_state.insert(held.optimizer_state.end(), state->begin(), state->end());
+    } else {
+      held.optimizer_state_known = false;
+    }
+  }
+  for (const auto& p : held.parameters)
+    if (p.grad().defined()) held.gradients.push_back(p.grad());
+  do_held_tensors(held);
+  return held;
 }
 
 const char* to_string(HogwildMode mode) { return mode == HogwildMode::Threads ? "threads" : "processes"; }

@@ -6,12 +6,14 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "data/data_loader.h"
 #include "devices/device_set.h"
+#include "devices/memory_probe.h"
 #include "timing/phase_recorder.h"
 #include "devices/precision.h"
 #include "workloads/workload.h"
@@ -22,8 +24,8 @@ class ProcessGroupContext;
 
 // Flags that shape one strategy's mechanics (the ones not every strategy shares).
 struct DdpOptions {
-  double bucket_mb = 25;             // --bucket-mb
-  bool overlap = true;               // --no-overlap turns it off
+  double bucket_mb = 25;             // --bucket-mb (zero1 and zero2 bucket by it too)
+  bool overlap = true;               // --no-overlap turns it off (in zero1 and zero2 too)
   bool grad_as_bucket_view = false;  // --grad-as-bucket-view
   bool sync_bn = false;              // --sync-bn
   std::string checkpoint_path;       // --checkpoint (empty: none)
@@ -56,7 +58,7 @@ struct CaseSpec {
   std::string name() const;
 };
 
-// What a communicating strategy all-reduced per step, averaged over the steps since the last reset.
+// What a communicating strategy moved per step, averaged over the steps since the last reset.
 struct CommSummary {
   std::string backend;                      // "gloo", "nccl"
   int world_size = 1;
@@ -72,6 +74,13 @@ struct CommSummary {
     double allreduce_seconds = 0;
   };
   std::vector<Bucket> bucket_timeline;
+  // The sharded strategies (zero1, zero2): the payloads reduce-scattered and all-gathered per rank
+  // and step (the padded buckets; bytes_per_step is then only the loss's all-reduce), and the time
+  // each rank spent in them.
+  std::int64_t reduce_scatter_bytes_per_step = 0;
+  std::int64_t all_gather_bytes_per_step = 0;
+  double reduce_scatter_seconds_per_step = 0;
+  double all_gather_seconds_per_step = 0;
 };
 
 // What an asynchronous strategy's workers did since the last reset: how stale their updates were.
@@ -132,7 +141,9 @@ class Strategy {
   // batches ahead of the step (--data-path prefetch or device); nothing where the strategy spreads
   // a batch over devices itself (dp's scatter) or hands it to other processes. Valid after setup.
   std::optional<c10::Device> batch_device() const { return do_batch_device(); }
-  void setup(const StrategySetup& setup) { do_setup(setup); }
+  // Every optimizer the strategy builds through setup.make_optimizer is noted, for held_tensors();
+  // it must live as long as the strategy (every strategy keeps its own as a member).
+  void setup(const StrategySetup& setup);
   // One training step on `batch`; returns the step's loss over the global batch (a detached scalar).
   // Marks its phases on `phases`; the harness times the whole step around it.
   torch::Tensor step(const Batch& batch, PhaseRecorder& phases) { return do_step(batch, phases); }
@@ -144,6 +155,10 @@ class Strategy {
   std::optional<AsyncSummary> async_summary() const { return do_async_summary(); }
   // Called when the measured steps begin: communication and staleness count from here.
   void reset_measured_stats() { do_reset_measured_stats(); }
+  // What it holds between steps, by kind, for the memory probe: the trained parameters and every
+  // parameter its optimizers step, their gradients, and its optimizers' state. A strategy that
+  // holds more (buffers of its own) adds them in do_held_tensors.
+  HeldTensors held_tensors();
 
  protected:
   virtual std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet&,
@@ -158,6 +173,11 @@ class Strategy {
   virtual std::optional<CommSummary> do_comm_summary() const { return std::nullopt; }
   virtual std::optional<AsyncSummary> do_async_summary() const { return std::nullopt; }
   virtual void do_reset_measured_stats() {}
+  virtual void do_held_tensors(HeldTensors&) {}
+
+ private:
+  std::mutex optimizers_mutex_;  // hogwild's workers may build theirs on their own threads
+  std::vector<const torch::optim::Optimizer*> optimizers_;
 };
 
 struct StrategyInfo {

@@ -19,6 +19,8 @@ const char* phase_name(Phase phase) {
     case Phase::Backward: return "backward";
     case Phase::Reduce: return "reduce";
     case Phase::CommExposed: return "comm_exposed";
+    case Phase::ReduceScatterExposed: return "reduce_scatter_exposed";
+    case Phase::AllGatherExposed: return "all_gather_exposed";
     case Phase::WorkerWait: return "worker_wait";
     case Phase::Optimizer: return "optimizer";
     case Phase::Checkpoint: return "checkpoint";

@@ -21,6 +21,8 @@ enum class Phase : int {
   Backward,
   Reduce,
   CommExposed,
+  ReduceScatterExposed,  // sharded strategies: reduce-scatters backward did not hide
+  AllGatherExposed,      // sharded strategies: all-gathers of parameters nothing hid
   WorkerWait,  // asynchronous workers: the step's end waits for the last worker's update
   Optimizer,
   Checkpoint,

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
+#include <string>
 
 #include "base/stats.h"
 
@@ -23,6 +25,53 @@ std::string format(const char* fmt, double a, double b = 0, double c = 0, double
   char buf[160];
   std::snprintf(buf, sizeof(buf), fmt, a, b, c, d);
   return buf;
+}
+
+// The largest device's peak over the repetitions: what must fit on one device. Nothing when any
+// device's peak is unknown (that one might be the largest).
+std::optional<std::int64_t> largest_device_peak(const CaseRecord& c) {
+  std::optional<std::int64_t> peak;
+  for (const auto& r : c.repetitions) {
+    for (const auto& m : r.memory) {
+      if (!m.peak_allocated_bytes) return std::nullopt;
+      if (!peak || *m.peak_allocated_bytes > *peak) peak = m.peak_allocated_bytes;
+    }
+  }
+  return peak;
+}
+
+// A case that reduce-scatters its gradients: one of the sharded strategies.
+bool is_sharded(const CaseRecord& c) {
+  const auto& comm = c.repetitions.back().comm;
+  return comm && comm->reduce_scatter_bytes_per_step > 0;
+}
+
+// The sharded strategies against ddp at the same world size, in the terms a team decides by: what
+// each saves in memory per device, what it costs in throughput, and the communication it exposes.
+void add_sharded_lines(const std::vector<const CaseRecord*>& cases, std::vector<std::string>& lines) {
+  for (const CaseRecord* c : cases) {
+    if (!is_sharded(*c)) continue;
+    const CaseRecord* ddp = nullptr;
+    for (const CaseRecord* d : cases) {
+      if (d->spec.strategy == "ddp" && d->spec.world_size == c->spec.world_size) ddp = d;
+    }
+    const PhaseSeconds phases = median_phases(*c);
+    const double rs = phases[static_cast<int>(Phase::ReduceScatterExposed)] * 1e3;
+    const double ag = phases[static_cast<int>(Phase::AllGatherExposed)] * 1e3;
+    std::string line = c->spec.name() + ": ";
+    const auto mine = largest_device_peak(*c);
+    const auto theirs = ddp ? largest_device_peak(*ddp) : std::nullopt;
+    if (ddp && mine && theirs && *theirs > 0) {
+      line += format("%.2fx ddp's memory per device at %.2fx its throughput; ",
+                     static_cast<double>(*mine) / static_cast<double>(*theirs),
+                     c->median_items_per_second() / ddp->median_items_per_second());
+    } else if (ddp) {
+      line += format("%.2fx ddp's throughput (memory per device: cannot tell); ",
+                     c->median_items_per_second() / ddp->median_items_per_second());
+    }
+    line += format("%.1f ms of reduce-scatter and %.1f ms of all-gather exposed a step", rs, ag);
+    lines.push_back(line);
+  }
 }
 
 }  // namespace
@@ -70,6 +119,7 @@ std::vector<WorkloadExplanation> explain(const RunRecord& record) {
       }
       e.lines.push_back(line);
     }
+    add_sharded_lines(cases, e.lines);
     out.push_back(std::move(e));
   }
   return out;

@@ -87,7 +87,11 @@ json memory_json(const std::vector<DeviceMemory>& memory) {
                    {"kind", to_string(m.kind)},
                    {"peak_allocated_bytes", optional_to_json(m.peak_allocated_bytes)},
                    {"peak_reserved_bytes", optional_to_json(m.peak_reserved_bytes)},
-                   {"held_before_bytes", optional_to_json(m.held_before_bytes)}});
+                   {"held_before_bytes", optional_to_json(m.held_before_bytes)},
+                   {"parameter_bytes", optional_to_json(m.parameter_bytes)},
+                   {"gradient_bytes", optional_to_json(m.gradient_bytes)},
+                   {"optimizer_state_bytes", optional_to_json(m.optimizer_state_bytes)},
+                   {"other_bytes", optional_to_json(other_peak_bytes(m))}});
   }
   return out;
 }
@@ -176,7 +180,12 @@ json comm_json(const std::optional<CommSummary>& comm) {
           {"buckets", comm->buckets},
           {"allreduce_ms", comm->allreduce_seconds_per_step * 1e3},
           {"busbw_gbps", busbw ? json(*busbw / 1e9) : json(nullptr)},
-          {"bucket_timeline", timeline}};
+          {"bucket_timeline", timeline},
+          {"reduce_scatter_bytes_per_step", comm->reduce_scatter_bytes_per_step},
+          {"all_gather_bytes_per_step", comm->all_gather_bytes_per_step},
+          {"reduce_scatter_ms", comm->reduce_scatter_seconds_per_step * 1e3},
+          {"all_gather_ms", comm->all_gather_seconds_per_step * 1e3},
+          {"bytes_sent_per_step", ring_bytes_sent(*comm)}};
 }
 
 json ranks_json(const CaseRecord& c, const RepetitionRecord& r) {
@@ -317,6 +326,9 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
       take_max(peak[d].peak_allocated_bytes, r.memory[d].peak_allocated_bytes);
       take_max(peak[d].peak_reserved_bytes, r.memory[d].peak_reserved_bytes);
       take_max(peak[d].held_before_bytes, r.memory[d].held_before_bytes);
+      take_max(peak[d].parameter_bytes, r.memory[d].parameter_bytes);
+      take_max(peak[d].gradient_bytes, r.memory[d].gradient_bytes);
+      take_max(peak[d].optimizer_state_bytes, r.memory[d].optimizer_state_bytes);
     }
   }
 
@@ -375,14 +387,20 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
       f["async"] = aj;
     }
     if (c.repetitions.front().comm) {
-      // The aggregate of the per-repetition all-reduce times; bytes and buckets do not vary.
+      // The aggregate of the per-repetition collective times; bytes and buckets do not vary.
       CommSummary comm = *c.repetitions.front().comm;
-      std::vector<double> seconds, spreads;
+      std::vector<double> seconds, reduce_scatter, all_gather, spreads;
       for (const auto& r : c.repetitions) {
-        if (r.comm) seconds.push_back(r.comm->allreduce_seconds_per_step);
+        if (r.comm) {
+          seconds.push_back(r.comm->allreduce_seconds_per_step);
+          reduce_scatter.push_back(r.comm->reduce_scatter_seconds_per_step);
+          all_gather.push_back(r.comm->all_gather_seconds_per_step);
+        }
         if (auto spread = r.straggler_spread()) spreads.push_back(*spread);
       }
       comm.allreduce_seconds_per_step = a.fn(seconds);
+      comm.reduce_scatter_seconds_per_step = a.fn(reduce_scatter);
+      comm.all_gather_seconds_per_step = a.fn(all_gather);
       for (std::size_t b = 0; b < comm.bucket_timeline.size(); ++b) {
         std::vector<double> ready, allreduce;
         for (const auto& r : c.repetitions) {

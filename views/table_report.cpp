@@ -133,6 +133,19 @@ std::string format_table(const RunRecord& record) {
   }
   for (const auto& n : notes) out << "  " << n << '\n';
   if (!record.interruption.empty()) out << "  " << record.interruption << '\n';
+  // Where the peak went: what the strategy holds between steps, by kind, and the rest.
+  std::vector<std::string> by_kind;
+  for (const auto& c : record.cases) {
+    if (c.repetitions.empty() || c.repetitions.back().memory.empty()) continue;
+    const auto& m = c.repetitions.back().memory[0];
+    const auto other = other_peak_bytes(m);
+    if (!other) continue;
+    by_kind.push_back(c.spec.name() + ": " + bytes(*m.peak_allocated_bytes) + " = parameters " +
+                      bytes(*m.parameter_bytes) + " + gradients " + bytes(*m.gradient_bytes) +
+                      " + optimizer state " + bytes(*m.optimizer_state_bytes) + " + other " + bytes(*other));
+  }
+  if (!by_kind.empty()) out << "memory on device 0 at its peak (held between steps, by kind; other: activations, buffers):\n";
+  for (const auto& line : by_kind) out << "  " << line << '\n';
   const auto why = explain(record);
   if (!why.empty()) out << "why:\n";
   for (const auto& e : why) {

@@ -2,10 +2,8 @@
 // Gloo group in this process, checked against the all-reduce every backend has (then a slice) at
 // world 2, 3 and 4, with sizes that need padding, in fp32, fp64 and (LibTorch 2.x) bf16.
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
-#include <functional>
-#include <future>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -13,23 +11,12 @@
 #include "collectives/shard_collectives.h"
 #include "compat/c10d_compat.h"
 #include "distributed/process_group.h"
+#include "tests/support/gloo_ranks.h"
 
 namespace ddpbench {
 namespace {
 
-// Runs `body(group)` on `world` ranks, each a thread with its own Gloo group over one store.
-void on_ranks(int world, const std::function<void(ProcessGroupContext&)>& body,
-              std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  auto rank = [&](int r) {
-    ProcessGroupContext group(store, r, world, DeviceKind::Cpu, timeout);
-    body(group);
-  };
-  std::vector<std::future<void>> others;
-  for (int r = 1; r < world; ++r) others.push_back(std::async(std::launch::async, rank, r));
-  rank(0);
-  for (auto& f : others) f.get();
-}
+using testing::on_gloo_ranks;
 
 // Rank r's buffer of `numel` elements padded to the world: small whole numbers, so that every sum
 // is exact in every dtype and the ring's order of additions cannot differ from the all-reduce's.
@@ -53,7 +40,7 @@ TEST_P(ShardCollectives, ReduceScatterIsAllReduceThenThisRanksSlice) {
   for (const auto dtype : dtypes_to_test()) {
     for (const std::int64_t numel : {std::int64_t{1}, std::int64_t{7}, std::int64_t{12}, std::int64_t{1001}}) {
       SCOPED_TRACE(std::string(c10::toString(dtype)) + ", " + std::to_string(numel) + " elements");
-      on_ranks(world, [&](ProcessGroupContext& group) {
+      on_gloo_ranks(world, [&](ProcessGroupContext& group) {
         const auto mine = whole_numbers(group.rank(), numel, world, dtype);
         const std::int64_t shard = mine.numel() / world;
         auto expected = mine.clone();
@@ -73,7 +60,7 @@ TEST_P(ShardCollectives, AllGatherPutsEveryRanksShardInRankOrder) {
   for (const auto dtype : dtypes_to_test()) {
     for (const std::int64_t numel : {std::int64_t{1}, std::int64_t{7}, std::int64_t{1001}}) {
       SCOPED_TRACE(std::string(c10::toString(dtype)) + ", " + std::to_string(numel) + " elements");
-      on_ranks(world, [&](ProcessGroupContext& group) {
+      on_gloo_ranks(world, [&](ProcessGroupContext& group) {
         const std::int64_t shard = padded_numel(numel, world) / world;
         const auto mine = whole_numbers(group.rank(), shard, 1, dtype);
         // What gathering means, from the all-reduce: each rank's shard in its place, zeros elsewhere, summed.
@@ -92,7 +79,7 @@ TEST_P(ShardCollectives, AllGatherPutsEveryRanksShardInRankOrder) {
 TEST_P(ShardCollectives, GatheringWhatWasScatteredGivesTheAllReduceOfRealValues) {
   // Normal values: the ring adds in another order than Gloo's all-reduce, so they agree to rounding.
   const int world = GetParam();
-  on_ranks(world, [&](ProcessGroupContext& group) {
+  on_gloo_ranks(world, [&](ProcessGroupContext& group) {
     torch::manual_seed(7 + group.rank());
     const auto mine = torch::randn({padded_numel(100003, world)});
     auto expected = mine.clone();
@@ -116,7 +103,7 @@ TEST(ShardCollectives, PaddingMakesEqualShards) {
 }
 
 TEST(ShardCollectives, ABufferThatDoesNotSplitIsRefusedSaying) {
-  on_ranks(2, [](ProcessGroupContext& group) {
+  on_gloo_ranks(2, [](ProcessGroupContext& group) {
     auto output = torch::empty({3});
     try {
       reduce_scatter(group, torch::ones({7}), output, "grads of unit 0");
@@ -132,14 +119,14 @@ TEST(ShardCollectives, ABufferThatDoesNotSplitIsRefusedSaying) {
 TEST(ShardCollectives, Bf16OnGlooIsRefusedInOneLineWhereGlooCannotSendIt) {
   if (compat::gloo_sends_bf16()) {
     // LibTorch 2.x: sent like any other dtype (the tests above include it)
-    on_ranks(2, [](ProcessGroupContext& group) {
+    on_gloo_ranks(2, [](ProcessGroupContext& group) {
       auto out = torch::empty({2}, torch::kBFloat16);
       EXPECT_NO_THROW(all_gather(group, torch::ones({1}, torch::kBFloat16), out, "all-gather"));
       EXPECT_TRUE(torch::equal(out, torch::ones({2}, torch::kBFloat16)));
     });
     return;
   }
-  on_ranks(2, [](ProcessGroupContext& group) {
+  on_gloo_ranks(2, [](ProcessGroupContext& group) {
     auto out = torch::empty({2}, torch::kBFloat16);
     try {
       all_gather(group, torch::ones({1}, torch::kBFloat16), out, "params of unit 1");
@@ -153,7 +140,7 @@ TEST(ShardCollectives, Bf16OnGlooIsRefusedInOneLineWhereGlooCannotSendIt) {
 
 TEST(ShardCollectives, APeerThatNeverComesIsACommFailureWithinTheTimeout) {
   const auto started = std::chrono::steady_clock::now();
-  on_ranks(
+  on_gloo_ranks(
       2,
       [](ProcessGroupContext& group) {
         if (group.rank() == 1) return;  // joins the group, then never takes part

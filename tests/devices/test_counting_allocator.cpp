@@ -65,6 +65,61 @@ TEST(MemoryProbe, BeginCaseNotesWhatEachDeviceAlreadyHoldsAndThePeakIncludesIt) 
   EXPECT_EQ(memory[1].peak_allocated_bytes, std::optional<std::int64_t>(before1 + kLeftover + kCase));
 }
 
+TEST(MemoryProbe, HeldBytesCountEachStorageOnceOnItsDeviceUnderTheFirstKindThatNamesIt) {
+  CpuMemoryCounter::install();
+  const DeviceSet devices(DeviceKind::Cpu, 2, 1);
+  MemoryProbe probe(devices, 2);
+  torch::Tensor flat0, flat1, grad1, state1;
+  {
+    CpuMemoryCounter::DeviceScope scope(0);
+    flat0 = torch::zeros({1000});  // 4000 B, two parameters are views of it
+  }
+  {
+    CpuMemoryCounter::DeviceScope scope(1);
+    flat1 = torch::zeros({100});   // 400 B
+    grad1 = torch::zeros({50});    // 200 B
+    state1 = torch::zeros({25});   // 100 B
+  }
+  HeldTensors held;
+  held.parameters = {flat0.narrow(0, 0, 600), flat0.narrow(0, 600, 400), flat1};
+  // A gradient that is a view of a parameter's storage (ZeRO-1's chunks) counts as the parameter's.
+  held.gradients = {grad1, flat1.narrow(0, 0, 50), torch::Tensor()};
+  held.optimizer_state = {state1, state1};
+  auto memory = probe.read();
+  probe.add_held_bytes(memory, held);
+  ASSERT_EQ(memory.size(), 2u);
+  EXPECT_EQ(memory[0].parameter_bytes, std::optional<std::int64_t>(4000));
+  EXPECT_EQ(memory[0].gradient_bytes, std::optional<std::int64_t>(0));
+  EXPECT_EQ(memory[1].parameter_bytes, std::optional<std::int64_t>(400));
+  EXPECT_EQ(memory[1].gradient_bytes, std::optional<std::int64_t>(200));
+  EXPECT_EQ(memory[1].optimizer_state_bytes, std::optional<std::int64_t>(100));
+
+  // An optimizer whose state cannot be read: that kind is unknown, not zero.
+  held.optimizer_state_known = false;
+  probe.add_held_bytes(memory, held);
+  EXPECT_FALSE(memory[1].optimizer_state_bytes.has_value());
+  EXPECT_EQ(memory[1].gradient_bytes, std::optional<std::int64_t>(200));
+  // Held by other processes: nothing here can tell.
+  auto elsewhere = probe.read();
+  HeldTensors other;
+  other.held_by_other_processes = true;
+  probe.add_held_bytes(elsewhere, other);
+  EXPECT_FALSE(elsewhere[0].parameter_bytes.has_value());
+}
+
+TEST(CpuMemoryCounter, KnowsTheDeviceOfItsOwnAllocationsOnly) {
+  CpuMemoryCounter::install();
+  torch::Tensor t;
+  {
+    CpuMemoryCounter::DeviceScope scope(3);
+    t = torch::empty({16});
+  }
+  EXPECT_EQ(CpuMemoryCounter::device_of(t.storage().data_ptr()), std::optional<int>(3));
+  float outside[4] = {0, 0, 0, 0};
+  const auto wrapped = torch::from_blob(outside, {4});
+  EXPECT_FALSE(CpuMemoryCounter::device_of(wrapped.storage().data_ptr()).has_value());
+}
+
 TEST(MemoryProbe, ImbalanceIsDeviceZeroOverTheMeanOfTheOthers) {
   std::vector<DeviceMemory> m(3);
   m[0].peak_allocated_bytes = 300;

@@ -193,3 +193,23 @@ def test_fuzzed_files_get_an_exit_code_never_a_traceback(tmp_path, content):
     assert code in (0, 2)
     if code == 2:
         assert err.getvalue().count("\n") == 1, err.getvalue()
+
+
+def test_memory_by_kind_is_charted_where_the_split_is_known_and_only_there(tmp_path):
+    doc = json.load(open(WORLD2))
+    without = tmp_path / "without"
+    r = subprocess.run([SCRIPT, WORLD2, "-o", str(without)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "memory_by_kind.png" not in os.listdir(without)  # an older file: no split, no chart
+    for b in doc["benchmarks"]:
+        for m in b["ddpbench"].get("memory") or []:
+            peak = m["peak_allocated_bytes"]
+            m.update(parameter_bytes=peak // 4, gradient_bytes=peak // 4, optimizer_state_bytes=peak // 8,
+                     other_bytes=peak - peak // 4 - peak // 4 - peak // 8)
+    path = tmp_path / "kinds.json"
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "with"
+    r = subprocess.run([SCRIPT, str(path), "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (out / "memory_by_kind.png").read_bytes().startswith(PNG_MAGIC)
+    assert "Memory by kind" in (out / "index.html").read_text()

@@ -65,6 +65,17 @@ TEST_P(EveryStrategy, RunsOrSaysWhyNotOnEveryWorkload) {
       // Whatever ran before (other workloads' cases, this case's own earlier repetitions) left
       // nothing on any device: each peak is the case's own.
       for (const auto& m : r.memory) EXPECT_EQ(m.held_before_bytes, std::optional<std::int64_t>(0)) << "device " << m.device;
+      // The peak split by kind: what it holds between steps is known on every device, lies within
+      // the peak, and the model's parameters are somewhere.
+      std::int64_t parameters = 0;
+      for (const auto& m : r.memory) {
+        ASSERT_TRUE(m.parameter_bytes && m.gradient_bytes && m.optimizer_state_bytes) << "device " << m.device;
+        const auto other = other_peak_bytes(m);
+        ASSERT_TRUE(other.has_value());
+        EXPECT_GE(*other, 0) << "device " << m.device << ": held more than its peak";
+        parameters += *m.parameter_bytes;
+      }
+      EXPECT_GE(parameters, c.facts.gradient_bytes) << "the parameters were not found on any device";
     }
     ASSERT_TRUE(c.parity.has_value());
     const auto& workload = WorkloadRegistry::instance().get(c.spec.workload);

@@ -61,6 +61,51 @@ TEST(Explain, AFailedCaseIsNeverRankedWhateverItKept) {
   EXPECT_EQ(why[0].lines.size(), 1u);
 }
 
+// A case with the given peaks per device and, for a sharded one, reduce-scattered bytes.
+CaseRecord with_memory(CaseRecord c, std::vector<std::optional<std::int64_t>> peaks, bool sharded) {
+  for (std::size_t d = 0; d < peaks.size(); ++d) {
+    DeviceMemory m;
+    m.device = static_cast<int>(d);
+    m.peak_allocated_bytes = peaks[d];
+    c.repetitions.back().memory.push_back(m);
+  }
+  CommSummary comm;
+  comm.world_size = static_cast<int>(peaks.size());
+  if (sharded) comm.reduce_scatter_bytes_per_step = comm.all_gather_bytes_per_step = 1000;
+  c.repetitions.back().comm = comm;
+  return c;
+}
+
+TEST(Explain, SaysWhatEachShardedCaseSavesAndCostsAgainstDdpInTheUsersTerms) {
+  RunRecord record;
+  record.cases.push_back(with_memory(make_case("ddp", 2, 1.0, {{Phase::Backward, 0.6}}), {100, 100}, false));
+  record.cases.push_back(with_memory(
+      make_case("zero2", 2, 1.25, {{Phase::Backward, 0.6}, {Phase::ReduceScatterExposed, 0.0091},
+                                   {Phase::AllGatherExposed, 0.002}}),
+      {40, 42}, true));
+  // At a world size ddp did not run at: what it exposed, and no comparison it cannot make.
+  record.cases.push_back(with_memory(make_case("zero1", 4, 1.5, {{Phase::ReduceScatterExposed, 0.001}}), {60, 60, 60, 60}, true));
+  // Memory unknown: said so, never guessed.
+  record.cases.push_back(with_memory(make_case("fsdp", 2, 2.0, {{Phase::AllGatherExposed, 0.003}}), {std::nullopt, 10}, true));
+  const auto why = explain(record);
+  ASSERT_EQ(why.size(), 1u);
+  const auto& lines = why[0].lines;
+  auto line_of = [&](const std::string& prefix) {
+    for (const auto& l : lines)
+      if (l.rfind(prefix, 0) == 0 && l.find("exposed a step") != std::string::npos) return l;
+    return std::string();
+  };
+  EXPECT_EQ(line_of("wide-logits/zero2/world:2"),
+            "wide-logits/zero2/world:2: 0.42x ddp's memory per device at 0.80x its throughput; 9.1 ms of "
+            "reduce-scatter and 2.0 ms of all-gather exposed a step");
+  EXPECT_EQ(line_of("wide-logits/zero1/world:4"),
+            "wide-logits/zero1/world:4: 1.0 ms of reduce-scatter and 0.0 ms of all-gather exposed a step");
+  EXPECT_EQ(line_of("wide-logits/fsdp/world:2"),
+            "wide-logits/fsdp/world:2: 0.50x ddp's throughput (memory per device: cannot tell); 0.0 ms of "
+            "reduce-scatter and 3.0 ms of all-gather exposed a step");
+  EXPECT_EQ(line_of("wide-logits/ddp/world:2"), "") << "ddp is the reference, not a sharded case";
+}
+
 TEST(Explain, NothingMeasuredNothingToSay) {
   RunRecord record;
   CaseRecord skipped;

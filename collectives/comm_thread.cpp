@@ -1,0 +1,75 @@
+#include "collectives/comm_thread.h"
+
+namespace ddpbench {
+
+CommThread::CommThread(bool inline_jobs) : inline_jobs_(inline_jobs) {
+  if (!inline_jobs_) thread_ = std::thread([this] { loop(); });
+}
+
+CommThread::~CommThread() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void CommThread::post(std::function<void()> job) {
+  if (inline_jobs_) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (failure_) return;  // as the thread does: nothing runs after a failure until drain() reports it
+    }
+    try {
+      job();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failure_ = std::current_exception();
+    }
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back(std::move(job));
+  }
+  changed_.notify_all();
+}
+
+void CommThread::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return jobs_.empty() && !running_job_; });
+  if (failure_) {
+    auto failure = failure_;
+    failure_ = nullptr;
+    std::rethrow_exception(failure);
+  }
+}
+
+void CommThread::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // stopping, and nothing left
+    auto job = std::move(jobs_.front());
+    jobs_.pop_front();
+    if (failure_) {  // dropped: see drain()
+      changed_.notify_all();
+      continue;
+    }
+    running_job_ = true;
+    lock.unlock();
+    try {
+      job();
+    } catch (...) {
+      lock.lock();
+      failure_ = std::current_exception();
+      lock.unlock();
+    }
+    lock.lock();
+    running_job_ = false;
+    changed_.notify_all();
+  }
+}
+
+}  // namespace ddpbench

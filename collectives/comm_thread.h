@@ -1,0 +1,43 @@
+#pragma once
+// One thread that runs communication jobs in the order they are posted. A ring of Gloo send/recv
+// (shard_collectives.h) blocks the thread that runs it; posted here from a gradient hook, it runs
+// while backward goes on, as an NCCL collective runs on its own stream. Every rank posts the same
+// jobs in the same order, so the collectives inside them match up.
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace ddpbench {
+
+class CommThread {
+ public:
+  // `inline_jobs`: run each job on the posting thread instead (CUDA, where NCCL is asynchronous
+  // already, and --no-overlap).
+  explicit CommThread(bool inline_jobs = false);
+  // Runs what is still queued (a job in a failed step ends by its own timeout), then joins.
+  ~CommThread();
+  CommThread(const CommThread&) = delete;
+  CommThread& operator=(const CommThread&) = delete;
+
+  void post(std::function<void()> job);
+  // Returns once every posted job has run; rethrows the first job's exception, after which the
+  // jobs still queued were dropped (their collectives cannot match up any more).
+  void drain();
+
+ private:
+  void loop();
+
+  bool inline_jobs_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::function<void()>> jobs_;
+  bool running_job_ = false;
+  bool stopping_ = false;
+  std::exception_ptr failure_;
+  std::thread thread_;
+};
+
+}  // namespace ddpbench

@@ -1,0 +1,40 @@
+#pragma once
+// What every multi-process data-parallel strategy (ddp, zero1, zero2) does alike: before its first
+// step, check that all ranks built or loaded the same weights and give every rank rank 0's
+// parameters and buffers; in each step, the forward half.
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/data_loader.h"
+#include "devices/precision.h"
+#include "timing/phase_recorder.h"
+#include "workloads/workload.h"
+
+namespace ddpbench {
+
+class ProcessGroupContext;
+
+// Throws CaseFailure naming `strategy` and the first rank whose weights differ from rank 0's (a
+// stale --model file on one node would otherwise train rank 0's model without a word), then
+// broadcasts rank 0's `state` over every rank's.
+void start_from_rank0_state(const std::vector<torch::Tensor>& state, ProcessGroupContext& group,
+                            const std::string& strategy);
+
+struct RankForward {
+  torch::Tensor loss;  // this rank's mean loss over its part of the batch
+  // Its part of the global batch: the weight its gradients and loss enter the sums with, so that
+  // they sum to the global mean loss's, also when the parts differ by a sample.
+  double share = 1;
+};
+
+// The forward half of a rank's step: the batch onto `device` (phase data), rank 0's
+// `broadcast_buffers` over this rank's (replicate; skipped when empty, as DDP's
+// broadcast_buffers), the forward pass and its loss under autocast (forward).
+RankForward rank_forward(const Batch& batch, const Workload& workload, WorkloadModel& model, const c10::Device& device,
+                         ProcessGroupContext& group, const std::vector<torch::Tensor>& broadcast_buffers,
+                         Precision precision, std::int64_t global_batch, PhaseRecorder& phases);
+
+}  // namespace ddpbench

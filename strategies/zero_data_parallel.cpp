@@ -1,0 +1,131 @@
+#include "strategies/zero_data_parallel.h"
+
+#include <limits>
+
+#include "collectives/sharded_buckets.h"
+#include "distributed/process_group.h"
+#include "strategies/rank_state.h"
+
+namespace ddpbench {
+namespace {
+
+class ZeroStrategy final : public Strategy {
+ public:
+  explicit ZeroStrategy(int stage) : stage_(stage), name_("zero" + std::to_string(stage)) {}
+
+ protected:
+  std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet& devices,
+                                                   const StrategyOptions&) const override {
+    if (devices.is_cuda() && !compat::have_nccl()) return "this LibTorch has no NCCL, which " + name_ + " needs on CUDA";
+    return std::nullopt;
+  }
+
+  DataShard do_data_shard() const override { return {group_ ? group_->rank() : 0, group_ ? group_->size() : 1}; }
+  std::optional<c10::Device> do_batch_device() const override { return device_; }
+
+  void do_setup(const StrategySetup& setup) override {
+    if (setup.process_group == nullptr) throw std::logic_error(name_ + " runs only inside a rank process");
+    group_ = setup.process_group;
+    workload_ = &setup.workload;
+    global_batch_ = setup.spec.global_batch;
+    device_ = setup.devices.device(group_->local_rank());
+    model_ = setup.model;
+    model_->to(device_);
+    model_->train();
+    std::vector<torch::Tensor> state = model_->parameters();
+    buffers_ = model_->buffers();
+    state.insert(state.end(), buffers_.begin(), buffers_.end());
+    start_from_rank0_state(state, *group_, name_);
+
+    ShardedBucketOptions buckets;
+    buckets.caps = {setup.options.ddp.bucket_mb, std::min(1.0, setup.options.ddp.bucket_mb)};
+    buckets.overlap = setup.options.ddp.overlap;
+    buckets.keep_full_gradients = stage_ == 1;
+    shards_ = std::make_unique<ShardedBuckets>(model_->parameters(), *group_, buckets);
+    // The optimizer sees this rank's chunks only: its state is 1/N of the model's. ddpbench's
+    // optimizers (SGD with momentum, AdamW) work element by element, so stepping chunks computes
+    // what stepping whole parameters would.
+    optimizer_ = setup.make_optimizer(shards_->parameter_shards());
+    precision_ = setup.precision;
+    scaler_ = LossScaler(precision_);
+  }
+
+  torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
+    // As ddp: rank 0's buffers are the truth, broadcast before every forward.
+    const auto [loss, share] =
+        rank_forward(batch, *workload_, *model_, device_, *group_, buffers_, precision_, global_batch_, phases);
+    torch::Tensor global_loss;
+    shards_->prepare_step(share, loss.detach() * share, &phases);
+    {
+      auto scope = phases.scope(Phase::Backward);
+      scaler_.scale(loss).backward();
+    }
+    {
+      auto scope = phases.scope(Phase::ReduceScatterExposed);
+      global_loss = shards_->wait_reduce_scatter();
+    }
+    {
+      auto scope = phases.scope(Phase::Optimizer);
+      if (scaler_.enabled()) agree_on_overflow();
+      scaler_.step(*optimizer_);
+    }
+    {
+      auto scope = phases.scope(Phase::AllGatherExposed);
+      shards_->all_gather_parameters();
+    }
+    return global_loss;
+  }
+
+  std::vector<torch::Tensor> do_trained_parameters() override { return model_->parameters(); }
+
+  std::optional<CommSummary> do_comm_summary() const override {
+    const auto& t = shards_->traffic();
+    if (t.steps == 0) return std::nullopt;
+    const auto steps = static_cast<double>(t.steps);
+    CommSummary c;
+    c.backend = group_->backend_name();
+    c.world_size = group_->size();
+    c.buckets = shards_->bucket_count();
+    c.bytes_per_step = t.allreduce_bytes / t.steps;
+    c.reduce_scatter_bytes_per_step = t.reduce_scatter_bytes / t.steps;
+    c.all_gather_bytes_per_step = t.all_gather_bytes / t.steps;
+    c.reduce_scatter_seconds_per_step = t.reduce_scatter_seconds / steps;
+    c.all_gather_seconds_per_step = t.all_gather_seconds / steps;
+    return c;
+  }
+  void do_reset_measured_stats() override { shards_->reset_traffic(); }
+
+ private:
+  // Under fp16 each rank sees only its chunks' gradients, so ranks could disagree on whether the
+  // step overflowed and skip differently. One flag is summed over the ranks; where any rank found
+  // an inf or NaN, every rank poisons its own chunks so that its LossScaler skips the step too.
+  void agree_on_overflow() {
+    torch::NoGradGuard no_grad;
+    const auto& shards = shards_->parameter_shards();
+    auto found = torch::zeros({1}, shards.front().grad().options().dtype(torch::kFloat));
+    for (const auto& s : shards) found += s.grad().isfinite().logical_not().any().to(torch::kFloat);
+    group_->allreduce(found, "all-reduce of the fp16 overflow flag");
+    if (found.item<float>() > 0) {
+      for (const auto& s : shards) s.grad().fill_(std::numeric_limits<float>::quiet_NaN());
+    }
+  }
+
+  int stage_;
+  std::string name_;
+  ProcessGroupContext* group_ = nullptr;
+  const Workload* workload_ = nullptr;
+  std::int64_t global_batch_ = 1;
+  c10::Device device_{c10::kCPU};
+  ModelPtr model_;
+  std::vector<torch::Tensor> buffers_;
+  std::unique_ptr<ShardedBuckets> shards_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  Precision precision_ = Precision::Fp32;
+  LossScaler scaler_{Precision::Fp32};
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_zero_strategy(int stage) { return std::make_unique<ZeroStrategy>(stage); }
+
+}  // namespace ddpbench
