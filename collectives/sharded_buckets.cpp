@@ -106,8 +106,17 @@ void ShardedBuckets::on_gradient_ready(std::size_t param) {
   auto& p = parameters_[param];
   {
     torch::NoGradGuard no_grad;
-    auto view = gradient_view(bucket, slot_of_[param]);
-    at::mul_out(view, p.grad(), scale_);  // copy and weight in one pass
+    const auto& grad = p.grad();
+    if (!options_.keep_full_gradients && bucket.params.size() == 1 && !bucket.flat_grads.defined() &&
+        bucket.flat_params.numel() == grad.numel() && grad.is_contiguous()) {
+      // Stage 2, a bucket of one parameter that needs no padding (often the largest): autograd's own
+      // gradient, weighted in place, is the buffer reduce-scattered, so no second whole copy of it
+      // ever exists. The parameter lets go of it below; the bucket frees it once reduce-scattered.
+      bucket.flat_grads = grad.view({-1}).mul_(scale_);
+    } else {
+      auto view = gradient_view(bucket, slot_of_[param]);
+      at::mul_out(view, grad, scale_);  // copy and weight in one pass
+    }
   }
   p.mutable_grad() = torch::Tensor();  // the bucket holds it now: autograd's copy is freed
   if (--bucket.pending == 0) bucket.ready = std::chrono::steady_clock::now();
