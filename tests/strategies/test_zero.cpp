@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,34 @@ TEST(ZeroRun, NoOverlapGivesTheSameWeightsAndMoreExposedReduceScatter) {
   EXPECT_GT(d["comm"]["buckets"].get<int>(), 3);  // --bucket-mb took effect
   // Nothing overlapped: every reduce-scatter is waited for after backward.
   EXPECT_GT(d["phases_ms"]["reduce_scatter_exposed"].get<double>(), 0.5 * d["comm"]["reduce_scatter_ms"].get<double>());
+}
+
+// Every bucket's reduce-scatter and all-gather is an async range inside the step it belongs to, on
+// every rank's timeline, beside the exposed waits as phases.
+TEST(ZeroRun, TraceShowsEachBucketsReduceScatterAndAllGatherInsideItsStep) {
+  ScratchDir dir;
+  const auto r = run_process(zero_run(dir.file("r.json"), {"--strategy", "zero2", "--bucket-mb", "1", "--parity-steps", "0",
+                                                           "--trace", dir.path()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const auto trace = testing::read_trace(dir.file("ddpbench-rank" + std::to_string(rank) + ".json"));
+    const std::string name = "mlp/zero2/world:2";
+    const auto steps = trace.events_of(name, "step");
+    ASSERT_EQ(steps.size(), 3u);
+    for (const char* collective : {"reduce_scatter", "all_gather"}) {
+      const auto ranges = trace.events_of(name, collective);
+      EXPECT_GE(ranges.size(), 3u * 4u) << collective << ": more than three buckets a step at 1 MiB";
+      for (const auto& a : ranges) {
+        EXPECT_TRUE(a.value("async", false)) << a.dump();
+        EXPECT_TRUE(std::any_of(steps.begin(), steps.end(),
+                                [&](const json& s) { return s["args"] == a["args"] && testing::within(a, s); }))
+            << a.dump();
+      }
+    }
+    EXPECT_EQ(trace.events_of(name, "reduce_scatter_exposed").size(), steps.size());
+    EXPECT_EQ(trace.events_of(name, "all_gather_exposed").size(), steps.size());
+  }
 }
 
 TEST(ZeroRun, KilledRankFailsTheCaseNamesItAndLeavesNoProcess) {
