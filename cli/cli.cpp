@@ -255,7 +255,15 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   std::string bucket_mb = "25", checkpoint, checkpoint_every;
   bool no_overlap = false, grad_as_bucket_view = false, sync_bn = false;
   app.add_option("--bucket-mb", bucket_mb, "ddp, zero1, zero2: largest gradient bucket, in MiB")->capture_default_str();
-  app.add_flag("--no-overlap", no_overlap, "ddp, zero1, zero2: all-reduce (reduce-scatter) after backward instead of during it (the naive baseline)");
+  app.add_flag("--no-overlap", no_overlap,
+               "ddp, zero1, zero2, fsdp: all-reduce (reduce-scatter) after backward instead of during it, and fsdp's "
+               "all-gathers on the step's thread (the naive baseline)");
+  std::string reshard_after_forward;
+  bool no_prefetch = false;
+  app.add_option("--reshard-after-forward", reshard_after_forward,
+                 "fsdp: on (default) frees each unit's gathered parameters after its forward and gathers them again "
+                 "for backward (FULL_SHARD); off keeps them until its backward (SHARD_GRAD_OP)");
+  app.add_flag("--no-prefetch", no_prefetch, "fsdp: all-gather each unit when it runs, not while the one before it computes");
   app.add_flag("--grad-as-bucket-view", grad_as_bucket_view, "ddp: gradients live in the buckets (no copies)");
   app.add_flag("--sync-bn", sync_bn, "ddp: BatchNorm statistics over the global batch (SyncBatchNorm)");
   app.add_option("--checkpoint", checkpoint, "ddp: rank 0 saves the model here (loadable by torch::load)");
@@ -367,11 +375,27 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       return std::find(r.strategies.begin(), r.strategies.end(), name) != r.strategies.end();
     });
   };
-  const bool runs_bucketed = runs_any_of({"ddp", "zero1", "zero2"});
+  if (app.count("--bucket-mb") > 0 && !runs_any_of({"ddp", "zero1", "zero2"})) {
+    throw UsageError("--bucket-mb: applies to ddp, zero1 and zero2 only, which --strategy does not include");
+  }
+  if (no_overlap && !runs_any_of({"ddp", "zero1", "zero2", "fsdp"})) {
+    throw UsageError("--no-overlap: applies to ddp, zero1, zero2 and fsdp only, which --strategy does not include");
+  }
+  auto& fsdp = r.strategy.fsdp;
+  if (!reshard_after_forward.empty()) {
+    if (reshard_after_forward == "on" || reshard_after_forward == "true" || reshard_after_forward == "1") {
+      fsdp.reshard_after_forward = true;
+    } else if (reshard_after_forward == "off" || reshard_after_forward == "false" || reshard_after_forward == "0") {
+      fsdp.reshard_after_forward = false;
+    } else {
+      throw UsageError("--reshard-after-forward: expected on or off, not '" + reshard_after_forward + "'");
+    }
+  }
+  fsdp.prefetch = !no_prefetch;
   for (const auto& [flag, given] : std::vector<std::pair<const char*, bool>>{
-           {"--bucket-mb", app.count("--bucket-mb") > 0}, {"--no-overlap", no_overlap}}) {
-    if (given && !runs_bucketed) {
-      throw UsageError(std::string(flag) + ": applies to ddp, zero1 and zero2 only, which --strategy does not include");
+           {"--reshard-after-forward", !reshard_after_forward.empty()}, {"--no-prefetch", no_prefetch}}) {
+    if (given && !runs_any_of({"fsdp"})) {
+      throw UsageError(std::string(flag) + ": applies to fsdp only, which --strategy does not include");
     }
   }
   const bool runs_ddp = runs_any_of({"ddp"});

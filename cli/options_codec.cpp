@@ -52,6 +52,8 @@ std::string encode_rank_options(const RankOptions& options) {
                 {"sync_bn", ddp.sync_bn},
                 {"checkpoint_path", ddp.checkpoint_path},
                 {"checkpoint_every", ddp.checkpoint_every}};
+  doc["fsdp"] = {{"reshard_after_forward", r.strategy.fsdp.reshard_after_forward},
+                 {"prefetch", r.strategy.fsdp.prefetch}};
   const auto& hogwild = r.strategy.hogwild;
   doc["hogwild"] = {{"mode", to_string(hogwild.mode)}, {"sync_every", hogwild.sync_every}, {"workers", hogwild.workers}};
   doc["devices"] = {{"device", options.devices.device},
@@ -97,6 +99,9 @@ RankOptions decode_rank_options(const std::string& text) {
     r.strategy.ddp.sync_bn = ddp.at("sync_bn").get<bool>();
     r.strategy.ddp.checkpoint_path = ddp.at("checkpoint_path").get<std::string>();
     r.strategy.ddp.checkpoint_every = ddp.at("checkpoint_every").get<int>();
+    const auto& fsdp = doc.at("fsdp");
+    r.strategy.fsdp.reshard_after_forward = fsdp.at("reshard_after_forward").get<bool>();
+    r.strategy.fsdp.prefetch = fsdp.at("prefetch").get<bool>();
     const auto& hogwild = doc.at("hogwild");
     r.strategy.hogwild.mode = hogwild_mode_from(hogwild.at("mode").get<std::string>());
     r.strategy.hogwild.sync_every = hogwild.at("sync_every").get<int>();

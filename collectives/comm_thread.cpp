@@ -15,11 +15,16 @@ CommThread::~CommThread() {
   if (thread_.joinable()) thread_.join();
 }
 
-void CommThread::post(std::function<void()> job) {
+std::uint64_t CommThread::post(std::function<void()> job) {
   if (inline_jobs_) {
+    std::uint64_t ticket = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (failure_) return;  // as the thread does: nothing runs after a failure until drain() reports it
+      ticket = ++posted_;
+      if (failure_) {  // as the thread does: nothing runs after a failure until drain() reports it
+        finished_ = ticket;
+        return ticket;
+      }
     }
     try {
       job();
@@ -27,13 +32,28 @@ void CommThread::post(std::function<void()> job) {
       std::lock_guard<std::mutex> lock(mutex_);
       failure_ = std::current_exception();
     }
-    return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_ = ticket;
+    return ticket;
   }
+  std::uint64_t ticket = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     jobs_.push_back(std::move(job));
+    ticket = ++posted_;
   }
   changed_.notify_all();
+  return ticket;
+}
+
+void CommThread::wait(std::uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this, ticket] { return finished_ >= ticket; });
+  if (failure_) {
+    auto failure = failure_;
+    failure_ = nullptr;
+    std::rethrow_exception(failure);
+  }
 }
 
 void CommThread::drain() {
@@ -54,6 +74,7 @@ void CommThread::loop() {
     auto job = std::move(jobs_.front());
     jobs_.pop_front();
     if (failure_) {  // dropped: see drain()
+      ++finished_;
       changed_.notify_all();
       continue;
     }
@@ -68,6 +89,7 @@ void CommThread::loop() {
     }
     lock.lock();
     running_job_ = false;
+    ++finished_;
     changed_.notify_all();
   }
 }

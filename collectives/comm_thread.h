@@ -4,6 +4,7 @@
 // while backward goes on, as an NCCL collective runs on its own stream. Every rank posts the same
 // jobs in the same order, so the collectives inside them match up.
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -22,10 +23,13 @@ class CommThread {
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
 
-  void post(std::function<void()> job);
+  // Queues `job`; returns its ticket for wait(), counting from 1.
+  std::uint64_t post(std::function<void()> job);
   // Returns once every posted job has run; rethrows the first job's exception, after which the
   // jobs still queued were dropped (their collectives cannot match up any more).
   void drain();
+  // Returns once job `ticket` and every job before it have run (or were dropped); rethrows as drain().
+  void wait(std::uint64_t ticket);
 
  private:
   void loop();
@@ -35,6 +39,7 @@ class CommThread {
   std::condition_variable changed_;
   std::deque<std::function<void()>> jobs_;
   bool running_job_ = false;
+  std::uint64_t posted_ = 0, finished_ = 0;  // tickets: jobs posted, and jobs run or dropped
   bool stopping_ = false;
   std::exception_ptr failure_;
   std::thread thread_;

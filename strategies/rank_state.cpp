@@ -1,5 +1,6 @@
 #include "strategies/rank_state.h"
 
+#include <limits>
 #include <sstream>
 
 #include "base/errors.h"
@@ -43,6 +44,16 @@ void start_from_rank0_state(const std::vector<torch::Tensor>& state, ProcessGrou
                             const std::string& strategy) {
   check_same_initial_state(state, group, strategy);
   group.broadcast_from_rank0(state, "initial broadcast of rank 0's parameters and buffers");
+}
+
+void agree_on_overflow(const std::vector<torch::Tensor>& shards, ProcessGroupContext& group) {
+  torch::NoGradGuard no_grad;
+  auto found = torch::zeros({1}, shards.front().grad().options().dtype(torch::kFloat));
+  for (const auto& s : shards) found += s.grad().isfinite().logical_not().any().to(torch::kFloat);
+  group.allreduce(found, "all-reduce of the fp16 overflow flag");
+  if (found.item<float>() > 0) {
+    for (const auto& s : shards) s.grad().fill_(std::numeric_limits<float>::quiet_NaN());
+  }
 }
 
 RankForward rank_forward(const Batch& batch, const Workload& workload, WorkloadModel& model, const c10::Device& device,

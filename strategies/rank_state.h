@@ -23,6 +23,12 @@ class ProcessGroupContext;
 void start_from_rank0_state(const std::vector<torch::Tensor>& state, ProcessGroupContext& group,
                             const std::string& strategy);
 
+// The sharded strategies under fp16: each rank sees only its chunks' gradients (`shard_grads`), so
+// ranks could disagree on whether the step overflowed and skip differently. One flag is summed over
+// the ranks; where any rank found an inf or NaN, every rank poisons its own chunks so that its
+// LossScaler skips the step too.
+void agree_on_overflow(const std::vector<torch::Tensor>& shards, ProcessGroupContext& group);
+
 struct RankForward {
   torch::Tensor loss;  // this rank's mean loss over its part of the batch
   // Its part of the global batch: the weight its gradients and loss enter the sums with, so that

@@ -28,7 +28,7 @@ void Strategy::setup(const StrategySetup& setup) {
 
 HeldTensors Strategy::held_tensors() {
   HeldTensors held;
-  held.parameters = do_trained_parameters();
+  held.parameters = do_held_parameters();
   std::lock_guard<std::mutex> lock(optimizers_mutex_);
   for (const auto* optimizer : optimizers_) {
     for (const auto& group : optimizer->param_groups())

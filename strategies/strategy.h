@@ -43,9 +43,16 @@ struct HogwildOptions {
   std::string worker_executable;            // the ddpbench binary, started for processes mode
 };
 
+// fsdp's mechanics (docs/sharded.md); --no-overlap (DdpOptions::overlap) applies to it too.
+struct FsdpOptions {
+  bool reshard_after_forward = true;  // --reshard-after-forward off: SHARD_GRAD_OP
+  bool prefetch = true;               // --no-prefetch: each all-gather when its unit needs it
+};
+
 struct StrategyOptions {
   DdpOptions ddp;
   HogwildOptions hogwild;
+  FsdpOptions fsdp;
 };
 
 // One point of the sweep: a workload under a strategy on `world_size` devices.
@@ -174,6 +181,9 @@ class Strategy {
   virtual std::optional<AsyncSummary> do_async_summary() const { return std::nullopt; }
   virtual void do_reset_measured_stats() {}
   virtual void do_held_tensors(HeldTensors&) {}
+  // The parameters it holds between steps, for held_tensors(): the trained ones by default; fsdp's
+  // trained parameters are gathered for the parity check, and between steps it holds only chunks.
+  virtual std::vector<torch::Tensor> do_held_parameters() { return do_trained_parameters(); }
 
  private:
   std::mutex optimizers_mutex_;  // hogwild's workers may build theirs on their own threads

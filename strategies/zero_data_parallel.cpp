@@ -1,7 +1,5 @@
 #include "strategies/zero_data_parallel.h"
 
-#include <limits>
-
 #include "collectives/sharded_buckets.h"
 #include "distributed/process_group.h"
 #include "strategies/rank_state.h"
@@ -66,7 +64,7 @@ class ZeroStrategy final : public Strategy {
     }
     {
       auto scope = phases.scope(Phase::Optimizer);
-      if (scaler_.enabled()) agree_on_overflow();
+      if (scaler_.enabled()) agree_on_overflow(shards_->parameter_shards(), *group_);
       scaler_.step(*optimizer_);
     }
     {
@@ -96,20 +94,6 @@ class ZeroStrategy final : public Strategy {
   void do_reset_measured_stats() override { shards_->reset_traffic(); }
 
  private:
-  // Under fp16 each rank sees only its chunks' gradients, so ranks could disagree on whether the
-  // step overflowed and skip differently. One flag is summed over the ranks; where any rank found
-  // an inf or NaN, every rank poisons its own chunks so that its LossScaler skips the step too.
-  void agree_on_overflow() {
-    torch::NoGradGuard no_grad;
-    const auto& shards = shards_->parameter_shards();
-    auto found = torch::zeros({1}, shards.front().grad().options().dtype(torch::kFloat));
-    for (const auto& s : shards) found += s.grad().isfinite().logical_not().any().to(torch::kFloat);
-    group_->allreduce(found, "all-reduce of the fp16 overflow flag");
-    if (found.item<float>() > 0) {
-      for (const auto& s : shards) s.grad().fill_(std::numeric_limits<float>::quiet_NaN());
-    }
-  }
-
   int stage_;
   std::string name_;
   ProcessGroupContext* group_ = nullptr;

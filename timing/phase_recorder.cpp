@@ -64,13 +64,15 @@ void nvtx_end(std::uint64_t) {}
 }  // namespace
 
 PhaseRecorder::Scope::Scope(PhaseRecorder& recorder, Phase phase)
-    : recorder_(recorder), phase_(phase), start_(std::chrono::steady_clock::now()) {
+    : recorder_(recorder), phase_(phase), start_(std::chrono::steady_clock::now()), parent_(recorder.open_) {
   if (recorder_.cuda_device_ >= 0) start_event_ = compat::cuda_record_event(recorder_.cuda_device_);
   nvtx_push(phase_name(phase));
+  recorder_.open_ = this;
 }
 
 PhaseRecorder::Scope::~Scope() {
   nvtx_pop();
+  recorder_.open_ = parent_;
   const auto end = std::chrono::steady_clock::now();
   const int i = static_cast<int>(phase_);
   if (recorder_.trace_) recorder_.trace_->record(phase_name(phase_), start_, end, recorder_.step_index_);
@@ -84,9 +86,12 @@ PhaseRecorder::Scope::~Scope() {
     }
   }
   if (end_event) {
-    recorder_.pending_.push_back({phase_, start_event_, std::move(end_event)});
+    recorder_.pending_.push_back({phase_, start_event_, std::move(end_event), std::move(nested_events_)});
+    if (parent_) parent_->nested_events_.push_back(recorder_.pending_.size() - 1);
   } else {
-    recorder_.step_[i] += std::chrono::duration<double>(end - start_).count();
+    const double seconds = std::chrono::duration<double>(end - start_).count();
+    recorder_.step_[i] += seconds - nested_seconds_;
+    if (parent_) parent_->nested_seconds_ += seconds;
   }
 }
 
@@ -120,7 +125,13 @@ void PhaseRecorder::begin_step() {
 }
 
 void PhaseRecorder::end_step() {
-  for (const auto& p : pending_) step_[static_cast<int>(p.phase)] += compat::cuda_elapsed_seconds(p.start, p.end);
+  std::vector<double> elapsed;
+  for (const auto& p : pending_) elapsed.push_back(compat::cuda_elapsed_seconds(p.start, p.end));
+  for (std::size_t k = 0; k < pending_.size(); ++k) {
+    double own = elapsed[k];
+    for (auto child : pending_[k].nested) own -= elapsed[child];
+    step_[static_cast<int>(pending_[k].phase)] += own;
+  }
   pending_.clear();
   nvtx_pop();
   if (trace_) trace_->record("step", step_start_, std::chrono::steady_clock::now(), step_index_);

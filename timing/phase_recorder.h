@@ -35,6 +35,8 @@ using PhaseSeconds = std::array<double, kPhaseCount>;
 
 class PhaseRecorder {
  public:
+  // A scope opened inside another counts its time as its own, not the enclosing one's: phases are
+  // exclusive, so they still add up to the step (fsdp's all-gather waits inside forward).
   class Scope {
    public:
     Scope(PhaseRecorder& recorder, Phase phase);
@@ -47,6 +49,9 @@ class PhaseRecorder {
     Phase phase_;
     std::chrono::steady_clock::time_point start_;
     std::shared_ptr<void> start_event_;  // with CUDA events
+    Scope* parent_ = nullptr;            // the scope this one opened inside
+    double nested_seconds_ = 0;          // host clock: the time of the scopes opened inside this one
+    std::vector<std::size_t> nested_events_;  // CUDA events: theirs, as indices into pending_
   };
 
   [[nodiscard]] Scope scope(Phase phase) { return Scope(*this, phase); }
@@ -99,9 +104,11 @@ class PhaseRecorder {
   std::int64_t step_index_ = 0;
   std::chrono::steady_clock::time_point step_start_{};
   int cuda_device_ = -1;
+  Scope* open_ = nullptr;  // the innermost scope open now
   struct PendingEvents {
     Phase phase;
     std::shared_ptr<void> start, end;
+    std::vector<std::size_t> nested;  // pending_ entries of the scopes inside it, not its own time
   };
   std::vector<PendingEvents> pending_;  // this step's phases timed by CUDA events, read at end_step()
 };

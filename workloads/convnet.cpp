@@ -34,9 +34,19 @@ class ConvNetModel final : public DefaultConstructedModel<ConvNetModel> {
   }
   torch::Tensor forward(const torch::Tensor& x) override {
     auto h = x;
-    for (int i = 0; i < 3; ++i) h = torch::relu(norms[i]->forward(convs[i]->forward(h)));
+    for (std::size_t i = 0; i < 3; ++i) h = call_unit(i, [&] { return torch::relu(norms[i]->forward(convs[i]->forward(h))); });
     h = torch::nn::functional::adaptive_avg_pool2d(h, torch::nn::functional::AdaptiveAvgPool2dFuncOptions(1));
     return head->forward(h.flatten(1));
+  }
+  // Each stage (a convolution and its BatchNorm) a unit; the head is the root's.
+  std::vector<WrapUnit> wrap_units() override {
+    std::vector<WrapUnit> units;
+    for (int i = 0; i < 3; ++i) {
+      auto parameters = convs[i]->parameters();
+      for (const auto& p : norms[i]->parameters()) parameters.push_back(p);
+      units.push_back({"stage" + std::to_string(i + 1), parameters});
+    }
+    return units;
   }
 
  private:

@@ -94,8 +94,15 @@ class Gpt2Model final : public DefaultConstructedModel<Gpt2Model> {
   // The last LayerNorm's output, [batch, tokens, width]: what the output projection reads.
   torch::Tensor features(const torch::Tensor& input) {
     auto h = wte->forward(input) + wpe->forward(torch::arange(input.size(1), input.options())).unsqueeze(0);
-    for (const auto& block : blocks) h = block->forward(h);
+    for (std::size_t i = 0; i < blocks.size(); ++i) h = call_unit(i, [&] { return blocks[i]->forward(h); });
     return ln_f->forward(h);
+  }
+  // Each block a unit, as nanoGPT's and torchtitan's FSDP wrap it; the embeddings, the last
+  // LayerNorm and the tied output projection are the root's.
+  std::vector<WrapUnit> wrap_units() override {
+    std::vector<WrapUnit> units;
+    for (std::size_t i = 0; i < blocks.size(); ++i) units.push_back({"h" + std::to_string(i), blocks[i]->parameters()});
+    return units;
   }
   const torch::Tensor& output_weight() const { return wte->weight; }
 

@@ -20,10 +20,14 @@ class MlpModel final : public DefaultConstructedModel<MlpModel> {
     fc4 = register_module("fc4", torch::nn::Linear(kHidden, kClasses));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = torch::relu(fc1->forward(x));
-    h = torch::relu(fc2->forward(h));
-    h = torch::relu(fc3->forward(h));
-    return fc4->forward(h);
+    auto h = call_unit(0, [&] { return torch::relu(fc1->forward(x)); });
+    h = call_unit(1, [&] { return torch::relu(fc2->forward(h)); });
+    h = call_unit(2, [&] { return torch::relu(fc3->forward(h)); });
+    return call_unit(3, [&] { return fc4->forward(h); });
+  }
+  // Each layer a unit.
+  std::vector<WrapUnit> wrap_units() override {
+    return {{"fc1", fc1->parameters()}, {"fc2", fc2->parameters()}, {"fc3", fc3->parameters()}, {"fc4", fc4->parameters()}};
   }
 
  private:

@@ -38,8 +38,19 @@ class TransformerModel final : public DefaultConstructedModel<TransformerModel> 
     auto pos = torch::arange(seq, input.options());
     auto h = tokens->forward(input) + positions->forward(pos).unsqueeze(0);
     auto mask = torch::full({seq, seq}, -std::numeric_limits<float>::infinity(), h.options()).triu(1);
-    h = encoder->forward(h.transpose(0, 1), mask);  // LibTorch's encoder is sequence-first
+    // The encoder's layers one by one, as its own forward runs them (it has no final norm), so each
+    // is a unit; LibTorch's encoder is sequence-first.
+    h = h.transpose(0, 1);
+    for (std::size_t i = 0; i < encoder->layers->size(); ++i)
+      h = call_unit(i, [&] { return encoder->layers->at<torch::nn::TransformerEncoderLayerImpl>(i).forward(h, mask); });
     return head->forward(h.transpose(0, 1));
+  }
+  // Each encoder layer a unit; the embeddings and the head are the root's.
+  std::vector<WrapUnit> wrap_units() override {
+    std::vector<WrapUnit> units;
+    for (std::size_t i = 0; i < encoder->layers->size(); ++i)
+      units.push_back({"layer" + std::to_string(i), encoder->layers[i]->parameters()});
+    return units;
   }
 
  private:

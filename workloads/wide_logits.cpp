@@ -18,7 +18,12 @@ class WideLogitsModel final : public DefaultConstructedModel<WideLogitsModel> {
     fc1 = register_module("fc1", torch::nn::Linear(kInputs, kHidden));
     fc2 = register_module("fc2", torch::nn::Linear(kHidden, kClasses));
   }
-  torch::Tensor forward(const torch::Tensor& x) override { return fc2->forward(torch::relu(fc1->forward(x))); }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    auto h = call_unit(0, [&] { return torch::relu(fc1->forward(x)); });
+    return call_unit(1, [&] { return fc2->forward(h); });
+  }
+  // Each layer a unit: fc2, the wide one, is most of the model.
+  std::vector<WrapUnit> wrap_units() override { return {{"fc1", fc1->parameters()}, {"fc2", fc2->parameters()}}; }
 
  private:
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};

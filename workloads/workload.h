@@ -5,6 +5,7 @@
 #include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -16,6 +17,23 @@ namespace ddpbench {
 class WorkloadModel;
 using ModelPtr = std::shared_ptr<WorkloadModel>;
 
+// One wrap unit of a model: a name for the output ("h3", "stage2") and its parameters.
+struct WrapUnit {
+  std::string name;
+  std::vector<torch::Tensor> parameters;
+};
+
+// What a strategy does around each wrap unit's call (LibTorch's C++ modules have no forward hooks):
+// fsdp gathers the unit's parameters before it and frees them after, and arranges for them to be
+// gathered again before the unit's backward. The workload never knows which strategy runs it.
+class UnitCallHooks {
+ public:
+  virtual ~UnitCallHooks() = default;
+  virtual void before_unit(std::size_t unit) = 0;
+  // Returns the unit's output, possibly with an autograd hook attached.
+  virtual torch::Tensor after_unit(std::size_t unit, torch::Tensor output) = 0;
+};
+
 // What every workload's model offers a strategy: a forward pass on a batch of inputs, and a fresh
 // model of the same architecture to clone into. Models derive from torch::nn::Module alone, never
 // from torch::nn::Cloneable: LibTorch 2.x derives Cloneable from Module non-virtually, so a second
@@ -26,6 +44,27 @@ class WorkloadModel : public torch::nn::Module {
   // A newly built model of the same architecture and configuration, on the CPU, with LibTorch's
   // default initialisation (it draws from the global generator, as Cloneable's reset() did).
   virtual ModelPtr fresh_instance() const = 0;
+
+  // The model's wrap units (FSDP's auto-wrap policy made explicit): parts that a sharding strategy
+  // gathers before it runs them and frees after, in the order forward calls them. forward runs unit
+  // k's computation through call_unit(k, ...). Parameters in no unit belong to the root, held for the
+  // whole step. Empty (the default): the whole model is the root, one unit.
+  virtual std::vector<WrapUnit> wrap_units() { return {}; }
+  // Installed by the strategy that shards the model (fsdp), for as long as it runs it; nothing by
+  // default, and then call_unit costs one null test.
+  void set_unit_hooks(UnitCallHooks* hooks) { unit_hooks_ = hooks; }
+
+ protected:
+  // Runs unit `unit`'s part of forward, `body` returning its output, between the hooks if any.
+  template <typename Body>
+  torch::Tensor call_unit(std::size_t unit, Body&& body) {
+    if (unit_hooks_ == nullptr) return body();
+    unit_hooks_->before_unit(unit);
+    return unit_hooks_->after_unit(unit, body());
+  }
+
+ private:
+  UnitCallHooks* unit_hooks_ = nullptr;
 };
 
 // The fresh_instance() of a model built by its default constructor.

@@ -40,10 +40,13 @@ class SwishMlp final : public ddpbench::DefaultConstructedModel<SwishMlp> {
     fc3 = register_module("fc3", torch::nn::Linear(kHidden, kClasses));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = Swish::apply(fc1->forward(x));
-    h = h + Swish::apply(fc2->forward(h));  // a residual block
+    auto h = call_unit(0, [&] { return Swish::apply(fc1->forward(x)); });
+    h = call_unit(1, [&] { return h + Swish::apply(fc2->forward(h)); });  // a residual block
     return fc3->forward(h);
   }
+  // fsdp's wrap units, as a built-in workload names them: the first layer and the residual block;
+  // fc3, in none, is the root's (gathered for the whole step).
+  std::vector<ddpbench::WrapUnit> wrap_units() override { return {{"fc1", fc1->parameters()}, {"block", fc2->parameters()}}; }
 
  private:
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};

@@ -50,7 +50,7 @@ TEST_P(BadInputTest, ExitsTwoWithOneLineNamingTheFlagAndWritesNothing) {
 INSTANTIATE_TEST_SUITE_P(
     Cli, BadInputTest,
     ::testing::Values(
-        BadInput{{"--strategy", "fsdp"}, "--strategy", "unknown name 'fsdp'"},
+        BadInput{{"--strategy", "zero3"}, "--strategy", "unknown name 'zero3'"},
         BadInput{{"--strategy", "single,"}, "--strategy", "empty name"},
         BadInput{{"--workload", "resnet"}, "--workload", "unknown name 'resnet'"},
         BadInput{{"--steps", "0"}, "--steps", "at least 1, got 0"},

@@ -59,6 +59,8 @@ TEST(RankOptions, EveryFlagOfHelpSurvivesTheTripToARank) {
       {"--slow-by", {"--slow-by", "0.1"}},
       {"--bucket-mb", {"--bucket-mb", "5"}},
       {"--no-overlap", {"--no-overlap"}},
+      {"--reshard-after-forward", {"--reshard-after-forward", "off"}},
+      {"--no-prefetch", {"--no-prefetch"}},
       {"--grad-as-bucket-view", {"--grad-as-bucket-view"}},
       {"--sync-bn", {"--sync-bn", "--workload", "convnet"}},
       {"--checkpoint", {"--checkpoint", "/tmp/ddpbench-never-written.pt"}},

@@ -113,7 +113,7 @@ TEST(OutputPaths, TraceMakesItsDirectory) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(directory_entries(traces), std::vector<std::string>{"ddpbench-rank0.json"});
   // A refused run makes nothing: the directory is the last thing checked.
-  const auto refused = run_process(tiny_run(dir.file("r.json"), {"--strategy", "fsdp", "--trace", dir.file("never")}));
+  const auto refused = run_process(tiny_run(dir.file("r.json"), {"--strategy", "zero3", "--trace", dir.file("never")}));
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_FALSE(path_exists(dir.file("never")));
 }
