@@ -54,9 +54,11 @@ class FsdpStrategy final : public Strategy, private UnitCallHooks {
     options.overlap = setup.options.ddp.overlap;
     // FSDP2's mixed precision: bf16 parameters for the computation, fp32 chunks, optimizer and
     // reduction. 1.13's Gloo cannot send bf16, so there the parameters are gathered in fp32 and
-    // autocast casts them (docs/sharded.md says so).
+    // autocast casts them (docs/sharded.md says so). A model with BatchNorm too: LibTorch's batch_norm
+    // refuses bf16 weights beside its fp32 running statistics, and autocast does not cast it.
     const bool float_model = parameters.front().scalar_type() == torch::kFloat;
-    if (setup.precision == Precision::Bf16 && float_model && (device_.is_cuda() || compat::gloo_sends_bf16())) {
+    if (setup.precision == Precision::Bf16 && float_model && !setup.workload.has_batch_norm() &&
+        (device_.is_cuda() || compat::gloo_sends_bf16())) {
       options.gather_dtype = torch::kBFloat16;
     }
     units_ = std::make_unique<ShardedUnits>(parameters, unit_indices(parameters), *group_, options);
