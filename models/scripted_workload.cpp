@@ -15,6 +15,7 @@
 #include "base/errors.h"
 #include "compat/torch_compat.h"
 #include "models/model_spec.h"
+#include "models/scripted_units.h"
 #include "optim/optimizers.h"
 #include "workloads/workload.h"
 
@@ -53,9 +54,12 @@ std::string shape_text(c10::IntArrayRef sizes) {
 // torch::nn::Module base: what the harness does to them (to(device), set_data into shared memory,
 // float64 for the parity pass, gradient hooks) the module's forward sees. nn::Module names cannot
 // hold dots, so "layer1.0.conv1.weight" is registered as "layer1_0_conv1_weight" (a clash throws).
+// Its wrap units are the submodules `units` names (models/scripted_units.h); under hooks (fsdp) its
+// forward is the copy of the module's that calls them around each unit.
 class ScriptedModel final : public WorkloadModel {
  public:
-  explicit ScriptedModel(torch::jit::Module module) : module_(std::move(module)) {
+  ScriptedModel(torch::jit::Module module, std::shared_ptr<const ScriptedUnits> units)
+      : module_(std::move(module)), units_(std::move(units)) {
     std::map<std::string, std::string> originals;  // flat name -> the module's name, to name a clash
     const auto unique = [&](const std::string& name) {
       const auto [it, fresh] = originals.emplace(flat(name), name);
@@ -71,13 +75,21 @@ class ScriptedModel final : public WorkloadModel {
     module_.train(is_training());
   }
   torch::Tensor forward(const torch::Tensor& input) override {
+    if (UnitCallHooks* hooks = unit_hooks(); hooks != nullptr && units_->forward) {
+      return forward_in_units(*units_, module_, input, *hooks);
+    }
     auto output = module_.forward({input});
     if (!output.isTensor()) {
       throw CaseFailure("--model: the model's forward returned " + std::string(output.tagKind()) + ", not one tensor");
     }
     return output.toTensor();
   }
-  ModelPtr fresh_instance() const override { return std::make_shared<ScriptedModel>(leaf_copy(module_)); }
+  ModelPtr fresh_instance() const override { return std::make_shared<ScriptedModel>(leaf_copy(module_), units_); }
+  std::vector<WrapUnit> wrap_units() override {
+    std::vector<WrapUnit> units;
+    for (const auto& path : units_->paths) units.push_back({path, unit_parameters(module_, path)});
+    return units;
+  }
   void train(bool on) override {
     torch::nn::Module::train(on);
     module_.train(on);
@@ -89,6 +101,14 @@ class ScriptedModel final : public WorkloadModel {
     return name;
   }
   torch::jit::Module module_;
+  std::shared_ptr<const ScriptedUnits> units_;  // the workload's, shared by every copy
+};
+
+// Hooks that do nothing: the unit-split forward's trial run.
+class PassingHooks final : public UnitCallHooks {
+ public:
+  void before_unit(std::size_t) override {}
+  torch::Tensor after_unit(std::size_t, torch::Tensor output) override { return output; }
 };
 
 class ScriptedWorkload final : public Workload {
@@ -105,10 +125,11 @@ class ScriptedWorkload final : public Workload {
   const ModelSource& source() const { return source_; }
   std::string name() const override { return spec_.name; }
   std::string description() const override {
-    return "TorchScript " + source_.path + ": " + spec_.summary() + " (batch " + std::to_string(spec_.global_batch) + ")";
+    return "TorchScript " + source_.path + ": " + spec_.summary() + " (batch " + std::to_string(spec_.global_batch) +
+           "); " + units_->summary();
   }
   std::int64_t default_global_batch() const override { return spec_.global_batch; }
-  ModelPtr make_model() const override { return std::make_shared<ScriptedModel>(leaf_copy(module_)); }
+  ModelPtr make_model() const override { return std::make_shared<ScriptedModel>(leaf_copy(module_), units_); }
 
   Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
     const std::int64_t tokens = spec_.input_shape.empty() ? 0 : spec_.input_shape[0];
@@ -167,7 +188,7 @@ class ScriptedWorkload final : public Workload {
     for (const auto& p : module_.parameters()) parameters += p.numel();
     if (parameters == 0) throw UsageError(where + "the model has no parameters to train");
     torch::NoGradGuard no_grad;
-    auto trial = ScriptedModel(leaf_copy(module_));
+    auto trial = ScriptedModel(leaf_copy(module_), std::make_shared<ScriptedUnits>());
     torch::Tensor inputs = spec_.input == ModelSpec::Input::Float
                                ? torch::randn(with_batch(2, spec_.input_shape))
                                : torch::randint(0, spec_.vocab, {2, spec_.input_shape[0]}, torch::kInt64);
@@ -204,12 +225,43 @@ class ScriptedWorkload final : public Workload {
         output_shape_.assign(sizes.begin() + 1, sizes.end());
         break;
     }
+    units_ = checked_units(inputs);
+  }
+
+  // The wrap units, where the unit-split forward computes exactly what forward does on the trial
+  // batch (both in eval mode, so dropout draws nothing); a split that fails or differs leaves the
+  // model one unit, and the reason says so.
+  std::shared_ptr<const ScriptedUnits> checked_units(const torch::Tensor& inputs) const {
+    auto units = std::make_shared<ScriptedUnits>();
+    try {
+      *units = plan_scripted_units(module_);
+    } catch (const std::exception& e) {
+      units->reason = "forward could not be read: " + telling_line(e.what());
+      return units;
+    }
+    if (!units->forward) return units;
+    try {
+      ScriptedModel whole(leaf_copy(module_), std::make_shared<ScriptedUnits>());
+      ScriptedModel split(leaf_copy(module_), units);
+      PassingHooks hooks;
+      split.set_unit_hooks(&hooks);
+      whole.eval();
+      split.eval();
+      if (torch::equal(whole.forward(inputs), split.forward(inputs))) return units;
+      units->reason = "forward split at its submodule calls computed another output";
+    } catch (const std::exception& e) {
+      units->reason = "forward split at its submodule calls failed: " + telling_line(e.what());
+    }
+    units->paths.clear();
+    units->forward.reset();
+    return units;
   }
 
   ModelSource source_;
   ModelSpec spec_;
   torch::jit::Module module_;  // as loaded, on the CPU: every model is a deep copy of it
   std::vector<std::int64_t> output_shape_;  // one sample's output, for regression targets
+  std::shared_ptr<const ScriptedUnits> units_;
   bool batch_norm_ = false;
 };
 

@@ -2,11 +2,14 @@
 
     ddpbench-project RESULTS.json [--world 8,64,512] [--gpus-per-node 8]
                      [--network nvlink4+ndr400 | --network FILE] [--scaling weak|strong]
-                     [--json OUT.json] [--chart OUT.png]
+                     [--strategy LIST] [--device-memory 80GiB] [--json OUT.json] [--chart OUT.png]
 
 For every measured workload: the predicted step time, throughput and scaling efficiency of ddp
-(the measured bucket timeline replayed against the network's all-reduce cost), dp (one node) and
-hogwild (one node), with every assumption printed next to the numbers. FILE is a network
+(the measured bucket timeline replayed against the network's all-reduce cost), dp (one node),
+hogwild (one node), and zero1, zero2 and fsdp where the file measured them (reduce-scatter and
+all-gather costs), with the memory per device of ddp and the sharded three (ZeRO's formulas plus
+the measured rest), and every assumption printed next to the numbers. --device-memory answers, at
+each world size, which of them fit in that much a device and which of those is fastest. FILE is a network
 description, ddpbench-micro's JSON or nccl-tests' all_reduce_perf output (alpha and bandwidth
 fitted). docs/projection.md has the model and where it is known to be wrong.
 """
@@ -42,13 +45,30 @@ def _positive(text):
     return v
 
 
+UNITS = {"": 1, "b": 1, "k": 2 ** 10, "kib": 2 ** 10, "m": 2 ** 20, "mib": 2 ** 20, "g": 2 ** 30, "gib": 2 ** 30,
+         "t": 2 ** 40, "tib": 2 ** 40, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
+
+
+def _bytes(text):
+    """80GiB, 80G (both 2**30), 80GB (10**9), 512MiB, 1.5TiB: a size in bytes."""
+    number = text.strip().rstrip("bBiIkKmMgGtT")
+    unit = text.strip()[len(number):].lower()
+    try:
+        value = float(number) * UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 80GiB, 512MiB or 80GB")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a size above 0")
+    return value
+
+
 def _fmt(v, spec, width):
     return format("-" if v is None else format(v, spec), f">{width}")
 
 
 def format_table(projections, net, scaling, source):
     lines = [f"{'case':<28} {'world':>6} {'nodes':>5} {'step ms':>10} {'samples/s':>12} {'efficiency':>10} "
-             f"{'comm ms':>9} {'exposed':>9}  algorithm"]
+             f"{'comm ms':>9} {'exposed':>9} {'mem/dev':>10}  algorithm"]
     lines.append("-" * len(lines[0]))
     for p in projections:
         name = f"{p.workload}/{p.strategy}"
@@ -56,9 +76,10 @@ def format_table(projections, net, scaling, source):
             lines.append(f"{name:<28} {p.world:>6} {p.nodes:>5}  refused: {p.reason}")
             continue
         eff = None if p.scaling_efficiency is None else p.scaling_efficiency * 100
+        mem = "-" if p.memory_per_device_bytes is None else model.format_bytes(p.memory_per_device_bytes)
         lines.append(f"{name:<28} {p.world:>6} {p.nodes:>5} {p.step_ms:>10.3f} {p.samples_per_second:>12.4g} "
-                     f"{_fmt(eff, '.1f', 9)}% {_fmt(p.comm_ms, '.3f', 9)} {_fmt(p.exposed_comm_ms, '.3f', 9)}  "
-                     f"{','.join(p.algorithms) or '-'}")
+                     f"{_fmt(eff, '.1f', 9)}% {_fmt(p.comm_ms, '.3f', 9)} {_fmt(p.exposed_comm_ms, '.3f', 9)} "
+                     f"{mem:>10}  {','.join(p.algorithms) or '-'}")
     lines.append("")
     lines.append("assumptions:")
     lines.append(f"  measured: {source}; projected from: "
@@ -68,6 +89,9 @@ def format_table(projections, net, scaling, source):
                                   "strong: the measured global batch is split over the ranks; compute is taken "
                                   "as linear in the batch (small per-device batches on GPUs run slower than that)"))
     lines += ["  " + x for x in net.describe()]
+    if any(p.memory_per_device_bytes is not None for p in projections):
+        lines.append("  mem/dev: ZeRO's formulas over the whole model's parameter, gradient and optimizer bytes, plus "
+                     "the measured case's rest of the peak (activations, buffers) as it was")
     lines.append("  every rank as fast as the measured one; no straggler, congestion or compute slowed by "
                  "communication (docs/projection.md)")
     for note in sorted({a for p in projections for a in p.assumptions}):
@@ -104,9 +128,11 @@ def chart(projections, path):
     os.replace(tmp, path)
 
 
-def to_json(projections, net, scaling, source, worlds):
+def to_json(projections, net, scaling, source, worlds, device_memory=None):
     return {"ddpbench_projection": SCHEMA_VERSION, "source": source, "worlds": worlds, "scaling": scaling,
             "network": net.to_json(), "network_sources": net.sources, "assumptions_text": net.describe(),
+            "device_memory_bytes": device_memory,
+            "fit": model.fit_answers(projections, device_memory) if device_memory else [],
             "projections": [p.to_json() for p in projections]}
 
 
@@ -133,7 +159,8 @@ def load_projection_file(path):
         raise results.ResultsError(f"{path}: not a projection file of version {SCHEMA_VERSION}")
     out = []
     kinds = {"workload": str, "strategy": str, "status": str, "world": int, "nodes": int, "from_case": str}
-    numbers = ("step_ms", "samples_per_second", "scaling_efficiency", "comm_ms", "exposed_comm_ms")
+    numbers = ("step_ms", "samples_per_second", "scaling_efficiency", "comm_ms", "exposed_comm_ms",
+               "memory_per_device_bytes")
     for i, p in enumerate(doc["projections"]):
         if not isinstance(p, dict):
             raise results.ResultsError(f"{path}: projections[{i}] is not an object")
@@ -176,13 +203,18 @@ def main(argv=None):
                         "ddpbench-micro JSON or nccl-tests output")
     p.add_argument("--scaling", choices=("weak", "strong"), default="weak",
                    help="weak (default): each rank keeps its measured batch; strong: the global batch is split")
-    p.add_argument("--strategy", default="ddp,dp,hogwild", help="strategies to project (default ddp,dp,hogwild)")
+    p.add_argument("--strategy", default=None,
+                   help="strategies to project (default: ddp, dp, hogwild and each of zero1, zero2, fsdp the file "
+                        "measured)")
+    p.add_argument("--device-memory", type=_bytes, default=None,
+                   help="memory a device has (80GiB, 141GB): which strategies fit at each world size, and the "
+                        "fastest of those")
     p.add_argument("--json", dest="json_out", help="write the projection as JSON here")
     p.add_argument("--chart", help="write the scaling-efficiency chart (PNG) here")
     args = p.parse_args(argv)
-    strategies = [s for s in args.strategy.split(",") if s]
-    unknown = [s for s in strategies if s not in model.STRATEGIES]
-    if unknown or not strategies:
+    strategies = None if args.strategy is None else [s for s in args.strategy.split(",") if s]
+    unknown = [s for s in strategies or [] if s not in model.STRATEGIES]
+    if unknown or strategies == []:
         p.error(f"--strategy: {','.join(unknown) or args.strategy!r} is not one of {', '.join(model.STRATEGIES)}")
     try:
         inputs = [args.results] + ([args.network] if os.path.exists(args.network) else [])
@@ -193,7 +225,8 @@ def main(argv=None):
             raise results.ResultsError(f"{args.results}: a ddpbench-micro file; pass it as --network, and a "
                                        f"ddpbench run as RESULTS")
         net = network.load(args.network, args.gpus_per_node)
-        projections = model.project_file(doc, net, args.world, args.scaling, strategies)
+        projections = model.project_file(doc, net, args.world, args.scaling,
+                                         strategies or model.default_strategies(doc))
     except (results.ResultsError, network.NetworkError) as e:
         print(f"ddpbench-project: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -201,10 +234,15 @@ def main(argv=None):
         print(f"ddpbench-project: {args.results}: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(format_table(projections, net, args.scaling, args.results))
+    if args.device_memory:
+        answers = model.fit_answers(projections, args.device_memory)
+        print("\nwhich fit (memory projected for ddp, zero1, zero2, fsdp):")
+        print("\n".join("  " + a for a in answers) if answers else
+              "  cannot tell: no projected case has its memory split by kind in the file")
     try:
         if args.json_out:
             files.write_atomically(args.json_out, json.dumps(to_json(projections, net, args.scaling, args.results,
-                                                                args.world), indent=1) + "\n")
+                                                                args.world, args.device_memory), indent=1) + "\n")
         if args.chart:
             chart(projections, args.chart)
     except OSError as e:

@@ -8,6 +8,10 @@ An all-reduce of S bytes over W ranks on N nodes of G devices:
   2 ((G - 1) alpha_intra + ceil(log2 N) alpha_inter); bandwidth half the bus bandwidth (NCCL's
   algorithm-bandwidth ratio for trees), so 2 S / busbw.
 NCCL picks the cheaper per call; so does this. Both add the fixed cost of a collective.
+
+A reduce-scatter or all-gather of S bytes (the whole buffer; each rank ends with, or starts from,
+S / W) is NCCL's ring: W - 1 steps, N - 1 of them across the network, each rank moving
+(W - 1) / W * S bytes at the bus bandwidth, half an all-reduce's traffic.
 """
 import math
 from dataclasses import dataclass
@@ -56,3 +60,24 @@ def broadcast(link, nbytes, world, base_latency=0.0):
 def reduce(link, nbytes, world, base_latency=0.0):
     """W devices' bytes summed onto one, pipelined along a chain (DataParallel's gradient reduce)."""
     return broadcast(link, nbytes, world, base_latency)
+
+
+def _ring_half(network, nbytes, world):
+    nodes = nodes_for(world, network.devices_per_node)
+    inter_steps = nodes - 1
+    return (network.base_latency + (world - 1 - inter_steps) * network.intra.alpha + inter_steps * network.inter.alpha
+            + (world - 1) / world * nbytes / bus_bandwidth(network, world))
+
+
+def reduce_scatter(network, nbytes, world):
+    """nbytes summed over the ranks, each keeping its 1/W (ZeRO-2's gradients, FSDP's backward)."""
+    if world <= 1:
+        return Cost(0.0, "none")
+    return Cost(_ring_half(network, nbytes, world), "ring")
+
+
+def all_gather(network, nbytes, world):
+    """Each rank's 1/W of nbytes to every rank (ZeRO's updated parameters, FSDP's units)."""
+    if world <= 1:
+        return Cost(0.0, "none")
+    return Cost(_ring_half(network, nbytes, world), "ring")

@@ -1,4 +1,5 @@
-"""Step time of ddp, dp and hogwild at another world size and network, from one measured case.
+"""Step time of ddp, dp, hogwild, zero1, zero2 and fsdp at another world size and network, and the
+memory per device of ddp and the sharded three, from one measured case.
 
 What is measured is kept and only what changes is modelled:
 - compute (data, forward, backward) scales with each rank's share of the batch: linear in the
@@ -16,6 +17,17 @@ What is measured is kept and only what changes is modelled:
 - dp (DataParallel, one process): replicate (broadcast of the parameters) and reduce (of the
   gradients) over the copy link, replicas' forward and backward in parallel, the rest as measured;
   refused beyond one node. hogwild: every worker a whole step on its share; one node.
+- zero1 and zero2 (ddpbench's both reduce-scatter their gradient buckets as backward makes them,
+  and all-gather the updated parameters after the step): the buckets (DDP's default caps, ready
+  evenly through backward) replayed against the reduce-scatter cost, the optimizer on 1/W of the
+  parameters, then the all-gather of the parameters, exposed.
+- fsdp: U wrap units (the measured case's), of equal bytes and compute; in forward unit k+1's
+  all-gather hides behind unit k's compute, in backward unit k's reduce-scatter and the next
+  unit's all-gather share the one communication stream behind a unit's backward; resharded after
+  forward (the default); the optimizer on 1/W. Needs an fsdp case (its units and its rest).
+- memory per device, ZeRO's formulas (SHARDED.md) over the whole model's parameter, gradient and
+  optimizer bytes (the measured case's per-device bytes times what it sharded them by), plus the
+  measured rest of the peak (activations, buffers, a gathered unit) as it was.
 """
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -48,6 +60,8 @@ class MeasuredCase:
     gradient_bytes: Optional[float]
     buckets: Optional[List[Bucket]]  # ddp only: the measured timeline
     step_s: float
+    memory: Optional[dict] = None  # device 0's bytes by kind: parameter, gradient, optimizer_state, other
+    units: Optional[int] = None    # fsdp: its wrap units (the root counted)
 
     def phase(self, name):
         return self.phases.get(name, 0.0)
@@ -72,6 +86,7 @@ class Projection:
     exposed_comm_ms: Optional[float] = None  # what backward did not hide
     algorithms: List[str] = field(default_factory=list)
     from_case: str = ""
+    memory_per_device_bytes: Optional[float] = None  # ddp, zero1, zero2, fsdp
     assumptions: List[str] = field(default_factory=list)
 
     def to_json(self):
@@ -98,10 +113,16 @@ def measured_cases(doc):
                 raise ProjectionError(f"{b['name']}: a bucket_timeline entry lacks bytes or ready_ms")
             buckets = [Bucket(float(x["bytes"]), x["ready_ms"] / 1e3) for x in comm["bucket_timeline"]]
         facts = f.get("workload_facts") or {}
+        device0 = (f.get("memory") or [{}])[0] or {}
+        kinds = ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "other_bytes")
+        memory = {k: float(device0[k]) for k in kinds} if all(
+            isinstance(device0.get(k), (int, float)) for k in kinds) else None
+        units = comm.get("buckets") if f["strategy"] == "fsdp" and isinstance(comm.get("buckets"), int) else None
         out.append(MeasuredCase(name=b.get("run_name", b["name"]), workload=f["workload"], strategy=f["strategy"],
                                 world=int(f["world_size"]), global_batch=int(batch), phases=phases,
                                 gradient_bytes=facts.get("gradient_bytes") or comm.get("bytes_per_step"),
-                                buckets=buckets, step_s=b["real_time"] * _to_s(b.get("time_unit", "ms"))))
+                                buckets=buckets, step_s=b["real_time"] * _to_s(b.get("time_unit", "ms")),
+                                memory=memory, units=units if units and units > 0 else None))
     return out
 
 
@@ -111,12 +132,39 @@ def _to_s(unit):
 
 def pick_base(cases, workload, strategy):
     """The case a strategy's projection starts from: that strategy at its smallest world (it ran the
-    strategy's own code: ddp's bucket timeline), else `single`."""
+    strategy's own code: ddp's bucket timeline, fsdp's units), else `single` (not for fsdp)."""
     own = sorted((c for c in cases if c.workload == workload and c.strategy == strategy), key=lambda c: c.world)
     if own:
         return own[0]
+    if strategy == "fsdp":
+        return None
     single = [c for c in cases if c.workload == workload and c.strategy == "single"]
     return single[0] if single else None
+
+
+# What each strategy divides by the world size: (parameters, gradients, optimizer state).
+SHARDS = {"zero1": (False, False, True), "zero2": (False, True, True), "fsdp": (True, True, True)}
+
+
+def whole_model_bytes(case):
+    """(parameters, gradients, optimizer state) of the whole model and the measured rest, in bytes,
+    from the measured case's device 0, or None where the file does not split its memory by kind."""
+    if not case.memory:
+        return None
+    sharded = SHARDS.get(case.strategy, (False, False, False))
+    kinds = ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes")
+    whole = [case.memory[k] * (case.world if s else 1) for k, s in zip(kinds, sharded)]
+    return whole + [case.memory["other_bytes"]]
+
+
+def memory_per_device(case, strategy, world):
+    """ZeRO's formulas at `world` over the case's whole-model bytes, plus its measured rest."""
+    parts = whole_model_bytes(case)
+    if parts is None:
+        return None
+    sharded = SHARDS.get(strategy, (False, False, False))
+    held = sum(b / world if s else b for b, s in zip(parts[:3], sharded))
+    return held + parts[3]
 
 
 def _assumed_buckets(case):
@@ -171,6 +219,20 @@ class Projector:
             p.exposed_comm_ms = exposed_s * 1e3
         return p
 
+    def _replay(self, case, world, buckets, collective):
+        """The buckets' collectives one after another on one stream, each starting when its bucket is
+        ready (scaled like backward) and the one before is done: (their time, what runs past the
+        end of backward, their algorithms)."""
+        k = self._compute_scale(case, world)
+        clock, comm, algorithms = 0.0, 0.0, []
+        for b in buckets:
+            cost = collective(self.network, b.nbytes, world)
+            seconds = cost.seconds * self._comm_scale(case, world)
+            clock = max(clock, b.ready_s * k) + seconds
+            comm += seconds
+            algorithms.append(cost.algorithm)
+        return comm, max(0.0, clock - case.phase("backward") * k), algorithms
+
     def ddp(self, case, world):
         k = self._compute_scale(case, world)
         assumptions = []
@@ -181,14 +243,7 @@ class Projector:
             assumptions.append(f"no ddp timeline in {case.name}: {len(buckets)} bucket(s) of DDP's default caps "
                                f"assumed ready evenly through backward")
         backward = case.phase("backward") * k
-        clock, comm, algorithms = 0.0, 0.0, []
-        for b in buckets:
-            cost = collectives.allreduce(self.network, b.nbytes, world)
-            seconds = cost.seconds * self._comm_scale(case, world)
-            clock = max(clock, b.ready_s * k) + seconds
-            comm += seconds
-            algorithms.append(cost.algorithm)
-        exposed = max(0.0, clock - backward)
+        comm, exposed, algorithms = self._replay(case, world, buckets, collectives.allreduce)
         step = ((case.phase("data") + case.phase("forward")) * k + backward + exposed + case.phase("reduce")
                 + case.phase("optimizer") * self._relative_contention(case, world)
                 + case.phase("replicate") + case.phase("residual"))
@@ -221,16 +276,128 @@ class Projector:
                 + (case.phase("optimizer") + case.phase("residual")) * self._relative_contention(case, world))
         return self._record(case, "hogwild", world, step)
 
+    def _sharded_optimizer(self, case, world):
+        """The optimizer's time on 1/world of the parameters: the measured one, on the whole model or
+        on the case's own 1/world_m, scaled to the projected share."""
+        whole = case.phase("optimizer") * (case.world if case.strategy in SHARDS else 1)
+        return whole / world * self._relative_contention(case, world)
+
+    def _parameter_bytes(self, case):
+        parts = whole_model_bytes(case)
+        if parts is not None:
+            return parts[0]
+        if not case.gradient_bytes:
+            raise ProjectionError(f"{case.name}: no gradient_bytes in the file to size the parameters by")
+        return case.gradient_bytes  # parameters and gradients share a dtype
+
+    def _zero(self, case, world, strategy):
+        k = self._compute_scale(case, world)
+        buckets = _assumed_buckets(case)
+        backward = case.phase("backward") * k
+        comm, exposed, algorithms = self._replay(case, world, buckets, collectives.reduce_scatter)
+        gather = collectives.all_gather(self.network, self._parameter_bytes(case), world)
+        gather_s = gather.seconds * self._comm_scale(case, world)
+        exposed += gather_s
+        step = ((case.phase("data") + case.phase("forward")) * k + backward + exposed
+                + self._sharded_optimizer(case, world) + case.phase("residual"))
+        assumptions = [f"{strategy}: {len(buckets)} gradient bucket(s) of DDP's default caps reduce-scattered as "
+                       f"backward makes them; the parameters all-gathered after the step, exposed"]
+        p = self._record(case, strategy, world, step, comm + gather_s, exposed, algorithms + [gather.algorithm],
+                         assumptions)
+        p.memory_per_device_bytes = memory_per_device(case, strategy, world)
+        return p
+
+    def zero1(self, case, world):
+        return self._zero(case, world, "zero1")
+
+    def zero2(self, case, world):
+        return self._zero(case, world, "zero2")
+
+    def fsdp(self, case, world):
+        if case.strategy != "fsdp" or not case.units:
+            raise ProjectionError(f"{case.name}: fsdp is projected from an fsdp case (its wrap units)")
+        k = self._compute_scale(case, world)
+        units, scale = case.units, self._comm_scale(case, world)
+        params = self._parameter_bytes(case)
+        gradients = case.gradient_bytes or params
+        gather = collectives.all_gather(self.network, params / units, world)
+        scatter = collectives.reduce_scatter(self.network, gradients / units, world)
+        ag, rs = gather.seconds * scale, scatter.seconds * scale
+        forward, backward = case.phase("forward") * k, case.phase("backward") * k
+        # Forward: the first unit's gather is waited for; each next one hides behind a unit's compute.
+        forward_exposed = ag + (units - 1) * max(0.0, ag - forward / units)
+        # Backward: a unit's gather again (resharded after forward), then its reduce-scatter, on one stream.
+        backward_exposed = ag + (units - 1) * max(0.0, ag + rs - backward / units) + rs
+        exposed = forward_exposed + backward_exposed
+        step = (case.phase("data") * k + forward + backward + exposed + self._sharded_optimizer(case, world)
+                + case.phase("residual"))
+        assumptions = [f"fsdp: {case.name}'s {units} wrap units taken as equal in bytes and compute; "
+                       f"resharded after forward (the default): parameters gathered twice a step"]
+        p = self._record(case, "fsdp", world, step, units * (2 * ag + rs), exposed,
+                         [gather.algorithm, scatter.algorithm], assumptions)
+        p.memory_per_device_bytes = memory_per_device(case, "fsdp", world)
+        return p
+
     def project(self, case, strategy, world):
-        return getattr(self, strategy.replace("-", "_"))(case, world)
+        p = getattr(self, strategy.replace("-", "_"))(case, world)
+        if strategy == "ddp" and p.memory_per_device_bytes is None:
+            p.memory_per_device_bytes = memory_per_device(case, "ddp", world)
+        return p
 
 
-STRATEGIES = ("ddp", "dp", "hogwild")
+STRATEGIES = ("ddp", "dp", "hogwild", "zero1", "zero2", "fsdp")
+SHARDED = ("zero1", "zero2", "fsdp")
 
 
-def project_file(doc, network, worlds, scaling="weak", strategies=STRATEGIES):
-    """Every workload of the file under every strategy at every world size, with scaling efficiency
-    against the same model's world 1."""
+def default_strategies(doc):
+    """ddp, dp and hogwild, and each sharded strategy the file measured."""
+    measured = {c.strategy for c in measured_cases(doc)}
+    return [s for s in STRATEGIES if s not in SHARDED or s in measured]
+
+
+def format_bytes(nbytes):
+    """1.49 GiB, 980 MiB, 12 KiB."""
+    for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def fit_answers(projections, device_memory):
+    """Per workload and world: which of the strategies whose memory is projected fit in
+    `device_memory` bytes a device, and the fastest of those. One line each."""
+    lines = []
+    for workload, world in dict.fromkeys((p.workload, p.world) for p in projections):
+        rows = [p for p in projections if (p.workload, p.world) == (workload, world) and p.status == "projected"
+                and p.memory_per_device_bytes is not None]
+        if not rows:
+            continue
+        fits = sorted((p for p in rows if p.memory_per_device_bytes <= device_memory),
+                      key=lambda p: -p.samples_per_second)
+        over = sorted((p for p in rows if p.memory_per_device_bytes > device_memory),
+                      key=lambda p: p.memory_per_device_bytes)
+        size = lambda p: f"{p.strategy} ({format_bytes(p.memory_per_device_bytes)})"  # noqa: E731
+        head = f"{workload} at world {world}: "
+        budget = f"{format_bytes(device_memory)} a device"
+        if not fits:
+            lines.append(head + f"nothing fits in {budget}; the least: {size(over[0])}")
+            continue
+        best = fits[0]
+        text = head + (f"fastest that fits in {budget}: {best.strategy} ({best.samples_per_second:.4g} samples/s, "
+                       f"{format_bytes(best.memory_per_device_bytes)})")
+        if len(fits) > 1:
+            text += "; also fit: " + ", ".join(
+                f"{size(p)} at {p.samples_per_second / best.samples_per_second:.2f}x" for p in fits[1:])
+        if over:
+            text += "; do not fit: " + ", ".join(size(p) for p in over)
+        lines.append(text)
+    return lines
+
+
+def project_file(doc, network, worlds, scaling="weak", strategies=None):
+    """Every workload of the file under every strategy (default: default_strategies) at every world
+    size, with scaling efficiency against the same model's world 1."""
+    strategies = strategies or default_strategies(doc)
     cases = measured_cases(doc)
     if not cases:
         raise ProjectionError("no measured case (status ok, with phases) to project from")
@@ -240,6 +407,10 @@ def project_file(doc, network, worlds, scaling="weak", strategies=STRATEGIES):
         for strategy in strategies:
             base = pick_base(cases, workload, strategy)
             if base is None:
+                if strategy == "fsdp":
+                    out += [Projection(workload, "fsdp", w, collectives.nodes_for(w, network.devices_per_node),
+                                       "refused", reason="no fsdp case in the file: its wrap units are measured, "
+                                       "not assumed (run ddpbench --strategy fsdp)") for w in worlds]
                 continue
             at_one = projector.project(base, strategy, 1)
             for world in worlds:

@@ -211,6 +211,40 @@ def chart_memory_by_kind(cases, out_dir):
     return _save(fig, out_dir, "memory_by_kind.png")
 
 
+def memory_throughput_points(cases):
+    """(case, peak MiB on its fullest device, median samples/s) for every measured case whose memory is
+    known: what a strategy costs in memory per device against what it delivers."""
+    points = []
+    for c in measured(cases):
+        mem = (c.median or {}).get("ddpbench", {}).get("memory") or []
+        peaks = [m.get("peak_allocated_bytes") for m in mem if m.get("peak_allocated_bytes") is not None]
+        if peaks:
+            points.append((c, max(peaks) / 2 ** 20, stats.median(c.throughputs)))
+    return points
+
+
+def chart_memory_vs_throughput(cases, out_dir):
+    """One point per strategy and world size, a panel per workload: up and to the left is better."""
+    points = memory_throughput_points(cases)
+    if not points:
+        return None
+    fig, panels = _per_workload([c for c, _, _ in points])
+    at = {id(c): (mib, tput) for c, mib, tput in points}
+    for ax, w, rows in panels:
+        for c in rows:
+            mib, tput = at[id(c)]
+            ax.scatter([mib], [tput], color="#4c72b0")
+            label = f"{c.strategy} {c.world}" + (f" [{c.tag}]" if c.tag else "")
+            ax.annotate(label, (mib, tput), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        ax.set_title(w)
+        ax.set_xlabel("peak per device (MiB, fullest device)")
+        ax.set_ylabel("samples/s (median)")
+        ax.set_xlim(0, 1.35 * max(at[id(c)][0] for c in rows))  # room for the labels on the right
+        ax.set_ylim(0, 1.1 * max(at[id(c)][1] for c in rows))
+    fig.suptitle("Memory per device against throughput (strategy, world size)")
+    return _save(fig, out_dir, "memory_vs_throughput.png")
+
+
 def chart_phases(cases, out_dir):
     data = [c for c in measured(cases) if c.median and c.median["ddpbench"].get("phases_ms")]
     if not data:
@@ -268,6 +302,7 @@ def chart_step_times(cases, out_dir):
 
 CHARTS = [("Throughput", chart_throughput), ("Scaling efficiency", chart_scaling), ("Memory per device", chart_memory),
           ("Memory by kind", chart_memory_by_kind),
+          ("Memory per device against throughput", chart_memory_vs_throughput),
           ("Phase breakdown", chart_phases), ("Loss against samples seen", chart_loss),
           ("Step-time distributions", chart_step_times)]
 

@@ -55,6 +55,9 @@ class WorkloadModel : public torch::nn::Module {
   void set_unit_hooks(UnitCallHooks* hooks) { unit_hooks_ = hooks; }
 
  protected:
+  // The hooks installed, or null: for a model that runs its units some other way than call_unit
+  // (a TorchScript module's, models/scripted_units.h).
+  UnitCallHooks* unit_hooks() const { return unit_hooks_; }
   // Runs unit `unit`'s part of forward, `body` returning its output, between the hooks if any.
   template <typename Body>
   torch::Tensor call_unit(std::size_t unit, Body&& body) {

@@ -88,3 +88,76 @@ class ClashingNames(nn.Module):
 
 def clashing_names():
     return ClashingNames()
+
+
+# ---- wrap units: which submodule calls a TorchScript model's forward may be split at -----------
+# Each takes float:8 inputs and gives class:4 logits.
+
+class LayerList(nn.Module):
+    """A GPT-like stack: an input layer, a ModuleList run in a loop (TorchScript unrolls it), a
+    head, and a parameter of the root's own: units inp, layers.0, layers.1, layers.2, head."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 16)
+        self.layers = nn.ModuleList([nn.Linear(16, 16) for _ in range(3)])
+        self.head = nn.Linear(16, 4)
+        self.scale = nn.Parameter(torch.ones(16))
+        self.act = nn.Tanh()
+
+    def forward(self, x):
+        h = self.act(self.inp(x))
+        for layer in self.layers:
+            h = h + torch.relu(layer(h)) * self.scale
+        return self.head(h)
+
+
+def layer_list():
+    return LayerList()
+
+
+class TiedHead(nn.Module):
+    """The head reads the input layer's weight outside its call (weight tying): one unit."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 4)
+        self.mid = nn.Linear(4, 8)
+
+    def forward(self, x):
+        return torch.nn.functional.linear(self.mid(self.inp(x)), self.inp.weight)
+
+
+def tied_head():
+    return TiedHead()
+
+
+class CalledTwice(nn.Module):
+    """One layer applied twice: one unit."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 4)
+        self.again = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.again(self.again(self.inp(x)))
+
+
+def called_twice():
+    return CalledTwice()
+
+
+class CalledInABranch(nn.Module):
+    """A layer that runs only for some inputs: one unit."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 4)
+        self.maybe = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.inp(x)
+        if bool(h.sum() > 1e9):
+            h = self.maybe(h)
+        return h
+
+
+def called_in_a_branch():
+    return CalledInABranch()

@@ -215,6 +215,9 @@ TEST(ScriptedModel, ResNet18UnderEveryStrategyMatchesSingle) {
       if (mode == "threads") {
         EXPECT_GT(c["ddpbench"]["memory"][0]["peak_allocated_bytes"].get<double>(), 0);
       }
+      if (name.find("/fsdp/") != std::string::npos) {
+        EXPECT_EQ(c["ddpbench"]["comm"]["buckets"], 7) << "conv1, bn1, layer1 to layer4 and fc, each its own unit";
+      }
       ASSERT_EQ(c["ddpbench"]["status"], "ok") << c.dump();
       const auto& parity = c["ddpbench"]["parity"];
       if (name.find("hogwild") != std::string::npos) {
@@ -311,6 +314,89 @@ TEST(ScriptedModel, BadModelsAndSpecsExitTwoWithOneLineBeforeAnythingIsWritten) 
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_NE(r.err.find(c.expected), std::string::npos) << r.err;
     EXPECT_FALSE(testing::path_exists(json)) << "a refused run wrote its results file";
+  }
+}
+
+// ---- wrap units: where a TorchScript model's forward is split for fsdp ----------------------
+
+// Records the unit hooks' calls in the order a sharding strategy would get them.
+class RecordingHooks final : public UnitCallHooks {
+ public:
+  std::vector<std::string> calls;
+  void before_unit(std::size_t unit) override { calls.push_back("enter " + std::to_string(unit)); }
+  torch::Tensor after_unit(std::size_t unit, torch::Tensor output) override {
+    calls.push_back("leave " + std::to_string(unit));
+    return output;
+  }
+};
+
+std::string units_model(const std::string& factory) {
+  return exported_model(factory, factory, {"--input", "float:8", "--classes", "4", "--batch", "8"});
+}
+
+TEST(ScriptedModel, ItsSubmoduleCallsAreWrapUnitsWhereGatheringEachAloneChangesNothing) {
+  struct Case {
+    std::string factory;
+    std::vector<std::string> units;
+    std::string said;  // in the workload's description, which the JSON carries
+  };
+  const std::vector<Case> cases = {
+      {"layer_list", {"inp", "layers.0", "layers.1", "layers.2", "head"},
+       "wrap units (fsdp): 5 submodules in forward's order: inp, layers.0, layers.1, layers.2, head"},
+      {"tied_head", {"mid"}, "1 submodule in forward's order: mid; held whole with the root: inp (forward reads 'inp.weight' directly)"},
+      {"called_twice", {"inp"}, "held whole with the root: again (forward calls it more than once)"},
+      {"called_in_a_branch", {"inp"}, "held whole with the root: maybe (forward calls it inside a branch or a loop)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.factory);
+    register_scripted_model(units_model(c.factory), {"name=units-" + c.factory});
+    const Workload& workload = WorkloadRegistry::instance().get("units-" + c.factory);
+    EXPECT_NE(workload.description().find(c.said), std::string::npos) << workload.description();
+    auto model = workload.make_model();
+    std::vector<std::string> names;
+    std::size_t in_units = 0;
+    for (const auto& unit : model->wrap_units()) {
+      names.push_back(unit.name);
+      in_units += unit.parameters.size();
+    }
+    EXPECT_EQ(names, c.units);
+    EXPECT_LT(in_units, model->parameters().size()) << "every case keeps some parameters in the root";
+
+    // With hooks installed, forward calls them around each unit, in order, and computes the same.
+    const auto input = workload.make_dataset(4, 1).inputs;
+    const auto expected = model->forward(input);
+    RecordingHooks hooks;
+    model->set_unit_hooks(&hooks);
+    EXPECT_TRUE(torch::equal(model->forward(input), expected));
+    std::vector<std::string> order;
+    for (std::size_t k = 0; k < c.units.size(); ++k) {
+      order.push_back("enter " + std::to_string(k));
+      order.push_back("leave " + std::to_string(k));
+    }
+    EXPECT_EQ(hooks.calls, order);
+    model->set_unit_hooks(nullptr);
+  }
+  // torchvision's ResNet: forward calls _forward_impl, whose submodule calls become forward's.
+  register_scripted_model(resnet18_groupnorm(), {"name=units-resnet"});
+  const auto resnet = WorkloadRegistry::instance().get("units-resnet").description();
+  EXPECT_NE(resnet.find("7 submodules in forward's order: conv1, bn1, layer1, layer2, layer3, layer4, fc"), std::string::npos)
+      << resnet;
+}
+
+TEST(ScriptedModel, FsdpGathersEachUnitAloneAndMatchesSingleAtWorldsTwoToFour) {
+  ScratchDir dir;
+  const std::string model = units_model("layer_list");
+  for (const std::string world : {"2", "3", "4"}) {
+    SCOPED_TRACE(world);
+    const std::string json = dir.file("w" + world + ".json");
+    const auto r = run_process(quick_run(json, {"--model", model, "--strategy", "single,fsdp", "--world-size", world}));
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    const auto doc = read_json(json);
+    EXPECT_NE(doc["context"]["ddpbench"]["settings"]["workloads"]["layer_list"].get<std::string>().find("5 submodules"), std::string::npos);
+    const auto c = cases_of(doc).at("layer_list/fsdp/world:" + world)["ddpbench"];
+    ASSERT_EQ(c["status"], "ok") << c.dump();
+    EXPECT_EQ(c["comm"]["buckets"], 6) << "one communication group per unit, and the root's (its own parameter, scale)";
+    EXPECT_LE(c["parity"]["max_rel_param_diff"].get<double>(), c["parity"]["tolerance"].get<double>());
   }
 }
 

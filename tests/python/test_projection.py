@@ -210,6 +210,129 @@ def test_a_real_runs_timeline_is_replayed(real_run):
             assert p.step_ms > 0 and 0 < p.scaling_efficiency <= 1.0 + 1e-9
 
 
+# ---- the sharded strategies ---------------------------------------------------------------------
+
+MB = 1e6
+
+
+def sharded_case(strategy, world, units=None, p=100 * MB, g=100 * MB, o=200 * MB, rest=10 * MB, **phases_ms):
+    """A measured case whose device 0 holds what `strategy` holds at `world` of a model with
+    parameter, gradient and optimizer bytes p, g, o."""
+    shards = model.SHARDS.get(strategy, (False, False, False))
+    held = [b / world if s else b for b, s in zip((p, g, o), shards)]
+    c = case(strategy, world, gradient_bytes=g, **phases_ms)
+    c.memory = dict(zip(("parameter_bytes", "gradient_bytes", "optimizer_state_bytes"), held), other_bytes=rest)
+    c.units = units
+    return c
+
+
+def test_reduce_scatter_and_all_gather_move_half_an_all_reduces_bytes():
+    net = flat_network(intra_gbps=10, intra_us=1, base_us=3)
+    for collective in (collectives.reduce_scatter, collectives.all_gather):
+        assert collective(net, 1e9, 1).seconds == 0
+        # 4 ranks in a node: 3 steps of 1 us, 3/4 of 1 GB at 10 GB/s, the fixed 3 us.
+        assert collective(net, 1e9, 4).seconds == pytest.approx(3e-6 + 3e-6 + 0.075)
+        assert collective(net, 1e9, 4).seconds < collectives.allreduce(net, 1e9, 4).seconds
+
+
+@pytest.mark.parametrize("measured_as", ["single", "ddp", "zero1", "zero2", "fsdp"])
+def test_memory_per_device_follows_zeros_formulas_from_any_measured_case(measured_as):
+    c = sharded_case(measured_as, 1 if measured_as == "single" else 2, units=3)
+    expected = {"ddp": 100 + 100 + 200, "zero1": 100 + 100 + 50, "zero2": 100 + 25 + 50, "fsdp": 25 + 25 + 50}
+    for strategy, held in expected.items():
+        assert model.memory_per_device(c, strategy, 4) == pytest.approx((held + 10) * MB), strategy
+
+
+def test_zero_replays_reduce_scatters_and_exposes_the_gather_after_the_step():
+    free = flat_network(intra_gbps=1e9, intra_us=0)  # communication costs nothing
+    c = sharded_case("zero2", 2)
+    p = model.Projector(free, "weak").zero2(c, 4)
+    # The optimizer measured on 1/2 of the parameters, projected onto 1/4.
+    assert p.step_ms == pytest.approx(1 + 10 + 20 + 5 * 2 / 4, rel=1e-6)
+    slow = model.Projector(flat_network(intra_gbps=10, intra_us=0), "weak").zero2(c, 4)
+    # The parameters' all-gather after the step: 3/4 of 100 MB at 10 GB/s, all of it exposed.
+    assert slow.exposed_comm_ms >= 7.5 - 1e-9
+    assert slow.memory_per_device_bytes == pytest.approx((100 + 25 + 50 + 10) * MB)
+
+
+def test_fsdp_hides_each_next_units_gather_behind_the_units_compute():
+    c = sharded_case("fsdp", 2, units=4)
+    free = model.Projector(flat_network(intra_gbps=1e9, intra_us=0), "weak").fsdp(c, 4)
+    assert free.step_ms == pytest.approx(1 + 10 + 20 + 5 * 2 / 4, rel=1e-6)
+    # 10 GB/s: a unit's gather (25 MB, 3/4 of it sent) takes 1.875 ms, under a unit's 2.5 ms of forward:
+    # only the first is exposed in forward.
+    net = flat_network(intra_gbps=10, intra_us=0)
+    p = model.Projector(net, "weak").fsdp(c, 4)
+    ag = collectives.all_gather(net, 25 * MB, 4).seconds * 1e3
+    rs = collectives.reduce_scatter(net, 25 * MB, 4).seconds * 1e3
+    backward_exposed = ag + 3 * max(0, ag + rs - 20 / 4) + rs
+    assert p.exposed_comm_ms == pytest.approx(ag + backward_exposed)
+    assert p.comm_ms == pytest.approx(4 * (2 * ag + rs))
+    assert p.memory_per_device_bytes == pytest.approx((25 + 25 + 50 + 10) * MB)
+    with pytest.raises(model.ProjectionError, match="wrap units"):
+        model.Projector(net, "weak").fsdp(sharded_case("single", 1), 4)
+
+
+def test_the_fit_answer_names_the_fastest_strategy_that_fits_and_what_does_not():
+    def proj(strategy, sps, gib):
+        return model.Projection("w", strategy, 64, 8, "projected", step_ms=1, samples_per_second=sps,
+                                memory_per_device_bytes=gib * 2 ** 30)
+    rows = [proj("ddp", 100, 90), proj("zero1", 95, 70), proj("zero2", 90, 50), proj("fsdp", 60, 20),
+            model.Projection("w", "dp", 64, 8, "refused", reason="one node")]
+    [line] = model.fit_answers(rows, 80 * 2 ** 30)
+    assert line.startswith("w at world 64: fastest that fits in 80 GiB a device: zero1 (95 samples/s, 70 GiB)")
+    assert "also fit: zero2 (50 GiB) at 0.95x, fsdp (20 GiB) at 0.63x" in line
+    assert line.endswith("do not fit: ddp (90 GiB)")
+    [none] = model.fit_answers(rows, 10 * 2 ** 30)
+    assert none == "w at world 64: nothing fits in 10 GiB a device; the least: fsdp (20 GiB)"
+
+
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory):
+    """A real run of ddp and the sharded three, with their memory by kind and fsdp's units."""
+    path = tmp_path_factory.mktemp("project") / "sharded.json"
+    subprocess.run([EXE, "--strategy", "single,ddp,zero1,zero2,fsdp", "--world-size", "2", "--workload", "mlp",
+                    "--device", "cpu", "--threads", "1", "--batch", "32", "--steps", "2", "--warmup", "1",
+                    "--repetitions", "1", "--parity-steps", "0", "--json", str(path)],
+                   check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def test_the_command_projects_the_sharded_strategies_and_says_which_fit(sharded_run, tmp_path):
+    out_json = tmp_path / "p.json"
+    r = run_project(sharded_run, "--world", "8,64", "--device-memory", "40MiB", "--json", out_json)
+    assert r.returncode == 0, r.stderr
+    doc = json.load(open(out_json))
+    by = {(p["strategy"], p["world"]): p for p in doc["projections"]}
+    assert {s for s, _ in by} == {"ddp", "dp", "hogwild", "zero1", "zero2", "fsdp"}  # measured: projected
+    assert by[("fsdp", 64)]["from_case"] == "mlp/fsdp/world:2"
+    # Each is ZeRO's formula over its own measured case (whose rest differs: zero2's holds its buckets,
+    # fsdp's a gathered unit, so no order between strategies is certain); the sharded ones shrink.
+    cases = model.measured_cases(results.load(str(sharded_run)))
+    for s in ("ddp", "zero1", "zero2", "fsdp"):
+        base = model.pick_base(cases, "mlp", s)
+        assert by[(s, 64)]["memory_per_device_bytes"] == pytest.approx(model.memory_per_device(base, s, 64)), s
+    for s in ("zero1", "zero2", "fsdp"):
+        assert by[(s, 64)]["memory_per_device_bytes"] < by[(s, 8)]["memory_per_device_bytes"], s
+    assert by[("ddp", 64)]["memory_per_device_bytes"] == by[("ddp", 8)]["memory_per_device_bytes"]
+    assert doc["device_memory_bytes"] == 40 * 2 ** 20 and len(doc["fit"]) == 2
+    assert "which fit" in r.stdout and "mlp at world 64: " in r.stdout
+    for line in doc["fit"]:
+        assert line in r.stdout
+    # The report reads the new field back.
+    _, items = cli.load_projection_file(str(out_json))
+    assert any(p.memory_per_device_bytes for p in items)
+
+
+def test_a_run_without_sharded_cases_projects_the_old_three_and_refuses_fsdp_when_asked(real_run):
+    doc = results.load(str(real_run))
+    assert model.default_strategies(doc) == ["ddp", "dp", "hogwild"]
+    projections = model.project_file(doc, network.load("nvlink4+ndr400"), [8], "weak", ["fsdp", "zero2"])
+    by = {p.strategy: p for p in projections}
+    assert by["fsdp"].status == "refused" and "no fsdp case" in by["fsdp"].reason
+    assert by["zero2"].status == "projected" and by["zero2"].from_case == "mlp/single/world:1"
+
+
 # ---- the command ------------------------------------------------------------------------------
 
 def run_project(*args):
@@ -234,6 +357,8 @@ def test_the_command_prints_the_numbers_with_their_assumptions_and_writes_json_a
     (["--gpus-per-node", "0"], "--gpus-per-node"),
     (["--network", "nvlink4+carrier-pigeon"], "no inter-node preset"),
     (["--strategy", "ddp,zero"], "--strategy"),
+    (["--device-memory", "80 parsecs"], "--device-memory"),
+    (["--device-memory", "0GiB"], "--device-memory"),
     (["--json", "/nonexistent-dir/p.json"], "mkdir -p"),
 ])
 def test_bad_input_is_one_line_and_exit_2(real_run, args, words):

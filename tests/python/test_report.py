@@ -27,7 +27,8 @@ def test_writes_every_chart_and_a_page_that_embeds_them(tmp_path):
     out = tmp_path / "report"
     r = subprocess.run([SCRIPT, WORLD2, WORLD3, "-o", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    expected = {"throughput.png", "scaling.png", "memory.png", "phases.png", "step_times.png"}
+    expected = {"throughput.png", "scaling.png", "memory.png", "memory_vs_throughput.png", "phases.png",
+                "step_times.png"}
     assert expected <= set(os.listdir(out))
     for name in expected:
         assert (out / name).read_bytes().startswith(PNG_MAGIC), name
@@ -213,3 +214,21 @@ def test_memory_by_kind_is_charted_where_the_split_is_known_and_only_there(tmp_p
     assert r.returncode == 0, r.stderr
     assert (out / "memory_by_kind.png").read_bytes().startswith(PNG_MAGIC)
     assert "Memory by kind" in (out / "index.html").read_text()
+
+
+def test_memory_against_throughput_has_one_point_per_case_at_its_fullest_device_and_median(tmp_path):
+    docs = [("w2", json.load(open(WORLD2))), ("w3", json.load(open(WORLD3)))]
+    cases = report.collect_cases(docs)
+    points = report.memory_throughput_points(cases)
+    assert len(points) == len(report.measured(cases)) > 3
+    for c, mib, tput in points:
+        peaks = [m["peak_allocated_bytes"] for m in c.median["ddpbench"]["memory"]]
+        assert mib == max(peaks) / 2 ** 20 and mib > 0
+        assert tput == report.stats.median(c.throughputs) > 0
+    # A case without memory figures (an older file, or memory not measured) is left out, not drawn at 0.
+    for b in docs[0][1]["benchmarks"]:
+        b["ddpbench"].pop("memory", None)
+    assert len(report.memory_throughput_points(report.collect_cases(docs))) == len(
+        report.measured(report.collect_cases(docs[1:])))
+    path = report.chart_memory_vs_throughput(cases, str(tmp_path))
+    assert open(path, "rb").read().startswith(PNG_MAGIC)
