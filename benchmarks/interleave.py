@@ -14,14 +14,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from reports import results  # noqa: E402
 
 
-def ddpbench_step_ms(build, flags):
-    """Mean step time (ms) of a one-repetition, one-case ddpbench run with `flags`."""
+def ddpbench_case(build, flags):
+    """The one measured entry (its "ddpbench" fields) of a one-repetition, one-case ddpbench run with `flags`."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "r.json")
         subprocess.run([os.path.join(build, "ddpbench"), "--repetitions", "1", "--parity-steps", "0",
                         "--json", path] + flags, check=True, stdout=subprocess.DEVNULL)
         (case,) = [b for b in results.load(path)["benchmarks"] if b["run_type"] == "iteration"]
-        return statistics.fmean(case["ddpbench"]["step_times_ms"])
+        return case["ddpbench"]
+
+
+def ddpbench_step_ms(build, flags):
+    """Mean step time (ms) of a one-repetition, one-case ddpbench run with `flags`."""
+    return statistics.fmean(ddpbench_case(build, flags)["step_times_ms"])
 
 
 def ddpbench_mlp_step_ms(args, strategy, world, threads, extra=()):

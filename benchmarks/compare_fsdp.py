@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""ddpbench `fsdp` against PyTorch's FSDP2 (`fully_shard`, benchmarks/python_fsdp_loop.py) on `mlp`,
+Gloo, one thread per rank, the same per-rank batch, each Linear its own unit. Needs torch 2.4 or
+later: run it in the LibTorch 2.x leg (scripts/test-libtorch2.sh, trixie's torch 2.6) with --build
+build-libtorch2.
+
+Both resharding choices are compared where the peer can run them: torch 2.6's FSDP2 on the CPU
+fails autograd's version check on any unit it reshards after forward (every unit but the last
+is thus left gathered on its side, TorchTitan's choice for the last block, and ddpbench's
+`--reshard-after-forward off` is the like-for-like pair); ddpbench's default (`on`) runs for
+reference. The peer also runs with zero_grad(set_to_none=False), which keeps its gradient shards
+between steps as ddpbench's fsdp does (ZeRO's accounting of model state), to separate that choice
+from the rest of the peak.
+
+Rounds are interleaved (benchmarks/interleave.py), each run fresh rank processes; a run's figures
+are rank 0's mean step time and its peak bytes (ddpbench: device 0's peak_allocated_bytes; the peer:
+one step under torch.profiler's memory events, on top of what it holds between steps).
+
+    benchmarks/compare_fsdp.py [--rounds 5] [--steps 20] [--warmup 5] [--batch 128] [--world 2]
+"""
+import os
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from benchmarks.interleave import ddpbench_case, parser, report, run_rounds  # noqa: E402
+
+import json  # noqa: E402
+import subprocess  # noqa: E402
+
+
+def main():
+    p = parser(__doc__, rounds=5, steps=20, batch=128)
+    p.add_argument("--world", type=int, default=2, help="ranks (one thread each)")
+    args = p.parse_args()
+    peaks = {}
+
+    def ddpbench(name, strategy, extra=()):
+        def run():
+            c = ddpbench_case(args.build, ["--strategy", strategy, "--workload", "mlp", "--device", "cpu",
+                                           "--world-size", str(args.world), "--threads", "1",
+                                           "--batch", str(args.batch), "--steps", str(args.steps),
+                                           "--warmup", str(args.warmup)] + list(extra))
+            peaks.setdefault(name, []).append(c["memory"][0]["peak_allocated_bytes"])
+            return statistics.fmean(c["step_times_ms"])
+        return run
+
+    def peer(name, flags):
+        def run():
+            out = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "python_fsdp_loop.py"),
+                                  str(args.steps), str(args.warmup), str(args.batch), "1", str(args.world)] + flags,
+                                 check=True, capture_output=True, text=True).stdout
+            figures = json.loads(out.strip().splitlines()[-1])
+            peaks.setdefault(name, []).append(figures["peak_bytes"])
+            return statistics.fmean(figures["step_ms"])
+        return run
+
+    tools = {
+        "ddpbench fsdp, reshard off": ddpbench("ddpbench fsdp, reshard off", "fsdp", ["--reshard-after-forward", "off"]),
+        "PyTorch FSDP2, reshard off": peer("PyTorch FSDP2, reshard off", ["--no-reshard"]),
+        "PyTorch FSDP2, reshard off, gradients kept": peer("PyTorch FSDP2, reshard off, gradients kept",
+                                                           ["--no-reshard", "--keep-grads"]),
+        "ddpbench fsdp, reshard on (default)": ddpbench("ddpbench fsdp, reshard on (default)", "fsdp"),
+        "ddpbench ddp": ddpbench("ddpbench ddp", "ddp"),
+    }
+    samples = run_rounds(tools, args.rounds)
+    base = "ddpbench fsdp, reshard off"
+    report(args, samples, f"mlp, world {args.world} (Gloo), global batch {args.batch}, 1 thread per rank, "
+           f"{args.steps} steps after {args.warmup} warm-up, {args.rounds} interleaved rounds", base, label="run")
+    print()
+    print(f"| run | peak on rank 0, MiB (median) | this one's / {base}'s |")
+    print("|---|---|---|")
+    med = {n: statistics.median(v) for n, v in peaks.items()}
+    for n in tools:
+        print(f"| {n} | {med[n] / 2 ** 20:.1f} | {med[n] / med[base]:.3f}x |")
+    if args.json:
+        with open(args.json) as f:
+            doc = json.load(f)
+        doc["peak_bytes"] = peaks
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

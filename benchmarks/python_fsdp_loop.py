@@ -1,0 +1,163 @@
+#!/usr/bin/python3
+"""PyTorch's FSDP2 (`fully_shard`, torch 2.4+: Debian trixie's python3-torch 2.6) on `mlp` over a CPU
+device mesh (Gloo): the peer benchmarks/compare_fsdp.py runs against ddpbench's `fsdp`. Each Linear
+is its own FSDP unit, as ddpbench's mlp names fc1..fc4, then the root; resharded after forward (both
+tools' default). Same model, optimizer (SGD, momentum 0.9), synthetic data, per-rank batch and
+thread count as ddpbench; each rank pinned to its own cores as ddpbench pins its ranks.
+
+After the timed steps, one more step runs under torch.profiler with profile_memory: its allocation
+and free events on rank 0, summed in order on top of the bytes held before the step (the local
+shards of the parameters and the optimizer state), give the step's peak, ddpbench's
+peak_allocated_bytes in kind. The profiler sees the allocations of the thread it runs on, where
+FSDP2 allocates its all-gather and reduce-scatter buffers; one made on another thread is missed, so
+the peer's peak is, if anything, low.
+
+Prints rank 0's figures as JSON: {"step_ms": [...], "peak_bytes": N, "held_bytes": N}.
+
+    python_fsdp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD [--no-reshard] [--keep-grads]
+
+--no-reshard: no unit is resharded after forward (torch 2.6's CPU path fails autograd's version
+check on one that is, so even by default the last unit is left gathered, as TorchTitan leaves its
+last block). --keep-grads: zero_grad(set_to_none=False), gradient shards kept between steps.
+"""
+import json
+import os
+import socket
+import sys
+import time
+from queue import Empty
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+
+# Debian trixie's torch 2.6 is built without libuv, which TCPStore asks for by default since 2.4.
+os.environ.setdefault("USE_LIBUV", "0")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_bytes(t):
+    t = t.to_local() if hasattr(t, "to_local") else t
+    return t.numel() * t.element_size()
+
+
+def step_peak_bytes(step, held):
+    """`held` plus the highest running sum of the profiler's allocation events during `step()`."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    # Every allocation (+bytes) and free (-bytes) the CPU allocator reported, in time order.
+    deltas = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    live = peak = 0
+    for _, delta in deltas:
+        live += delta
+        peak = max(peak, live)
+    return held + peak
+
+
+def complete_cpu_streams():
+    """torch 2.6's torch.cpu.Stream lacks record_event and wait_event, which FSDP2 calls on whatever
+    device it runs (its CPU path is otherwise complete; later PyTorch adds them). On the CPU every
+    kernel runs in order on the calling thread, so an event is complete once recorded: the two
+    methods are added doing nothing, as torch.cpu.Event's own methods do. Collectives are still
+    waited for: FSDP2 waits on an asynchronous all-gather's Work, and its reduce-scatter is blocking."""
+    if not hasattr(torch.cpu.Stream, "record_event"):
+        torch.cpu.Stream.record_event = lambda self, event=None: torch.cpu.Event()
+    if not hasattr(torch.cpu.Stream, "wait_event"):
+        torch.cpu.Stream.wait_event = lambda self, event: None
+
+
+def rank_main(rank, world, port, steps, warmup, batch, threads, reshard, keep_grads, queue):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    complete_cpu_streams()
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= world * threads:
+        os.sched_setaffinity(0, cores[rank * threads:(rank + 1) * threads])
+    torch.set_num_threads(threads)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    torch.manual_seed(42)
+    model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                          nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    layers = [m for m in model if isinstance(m, nn.Linear)]
+    for i, layer in enumerate(layers):
+        # The last unit is not resharded, as TorchTitan wraps its last block: backward needs it at
+        # once (and torch 2.6's CPU path fails its autograd version check when it is).
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard and i < len(layers) - 1)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    gen = torch.Generator().manual_seed(42)
+    size = 32 * batch
+    inputs = torch.randn(size, 784, generator=gen)
+    labels = torch.randint(0, 10, (size,), generator=gen)
+    loss_fn = nn.CrossEntropyLoss()
+    perm = None
+
+    def step(k):
+        nonlocal perm
+        if k % 32 == 0:  # a new epoch: reshuffle, as a DistributedSampler with set_epoch does
+            perm = torch.randperm(size, generator=torch.Generator().manual_seed(k // 32))
+        idx = perm[(k % 32) * batch:(k % 32 + 1) * batch][rank::world]
+        x, y = inputs.index_select(0, idx), labels.index_select(0, idx)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=not keep_grads)
+
+    times = []
+    for k in range(warmup + steps):
+        start = time.perf_counter()
+        step(k)
+        if k >= warmup:
+            times.append((time.perf_counter() - start) * 1e3)
+    held = sum(local_bytes(p) for p in model.parameters())
+    held += sum(local_bytes(p.grad) for p in model.parameters() if p.grad is not None)
+    held += sum(local_bytes(v) for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
+    peak = step_peak_bytes(lambda: step(warmup + steps), held)
+    if rank == 0:
+        queue.put({"step_ms": times, "peak_bytes": peak, "held_bytes": held})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    steps, warmup, batch, threads, world = (int(a) for a in args[:5])
+    reshard, keep_grads = "--no-reshard" not in sys.argv, "--keep-grads" in sys.argv
+    ctx = mp.get_context("spawn")  # never fork a process that may have started threads
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=rank_main, args=(r, world, port, steps, warmup, batch, threads, reshard, keep_grads,
+                                                           queue))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    # Rank 0 sends its figures; a rank that dies first must end this run, not leave it waiting.
+    figures = None
+    while figures is None:
+        try:
+            figures = queue.get(timeout=1)
+        except Empty:
+            if any(p.exitcode not in (None, 0) for p in procs) or all(p.exitcode is not None for p in procs):
+                for p in procs:
+                    p.kill()
+                print("python_fsdp_loop.py: a rank ended without results: exit codes "
+                      + ", ".join(str(p.exitcode) for p in procs), file=sys.stderr)
+                return 1
+    for p in procs:
+        p.join()
+    print(json.dumps(figures))
+    return 0 if all(p.exitcode == 0 for p in procs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
