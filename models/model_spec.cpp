@@ -40,8 +40,10 @@ std::string format_number(double v) {
 
 class SpecReader {
  public:
-  SpecReader(const std::map<std::string, std::string>& settings, std::string source)
-      : settings_(settings), source_(std::move(source)) {}
+  // The settings are copied: a reader may be made from a temporary map (one key's sub-value, as
+  // class:N's N), and its error messages quote from it after that map is gone.
+  SpecReader(std::map<std::string, std::string> settings, std::string source)
+      : settings_(std::move(settings)), source_(std::move(source)) {}
 
   [[noreturn]] void fail(const std::string& key, const std::string& what) const {
     throw UsageError("--model: " + source_ + ": '" + key + "' " + what);
@@ -69,7 +71,7 @@ class SpecReader {
   }
 
  private:
-  const std::map<std::string, std::string>& settings_;
+  std::map<std::string, std::string> settings_;
   std::string source_;
 };
 

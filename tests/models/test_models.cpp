@@ -102,6 +102,8 @@ TEST(ModelSpec, EveryBadSettingNamesItsKey) {
       {"vocab", "5.5", "'vocab' must be a whole number"},
       {"target", "class:x", "'target' is not a number"},
       {"target", "classify", "'target' must be class:N"},
+      // The reader of N quotes it from a map made for it alone: it must outlive that map (issue 31).
+      {"target", "class:99999999999999999999", "'target' must be a whole number, got 99999999999999999999"},
       {"loss", "mse", "'loss' mse needs a regression target"},
       {"loss", "hinge", "'loss' must be cross-entropy or mse"},
       {"optimizer", "lamb", "'optimizer' must be sgd or adamw"},
