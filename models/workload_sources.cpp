@@ -27,11 +27,11 @@ std::vector<std::string> load_workload_library(const std::string& path) {
   const bool seen = std::find(installed().libraries.begin(), installed().libraries.end(), path) != installed().libraries.end();
   // A path without a slash would be looked up in the library path, not the working directory.
   const std::string target = path.find('/') == std::string::npos ? "./" + path : path;
-  void* handle = nullptr;
-  try {
-    handle = ::dlopen(target.c_str(), RTLD_NOW | RTLD_LOCAL);
-  } catch (const std::exception& e) {  // a registration that throws (a name taken) unwinds through dlopen
-    throw UsageError("--workload-lib: " + path + ": " + e.what());
+  // Registrations note their failures instead of throwing through dlopen (WorkloadRegistration). A
+  // refused library stays loaded: the workloads it did register run its code until the process ends.
+  void* handle = ::dlopen(target.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (const auto failed = registry.take_failed_registrations(); !failed.empty()) {
+    throw UsageError("--workload-lib: " + path + ": " + failed.front());
   }
   if (handle == nullptr) {
     const char* why = ::dlerror();
@@ -55,6 +55,9 @@ namespace {
 std::vector<std::string> install(const std::vector<std::string>& libraries, const std::string& model_path,
                                  const std::vector<std::string>& model_settings, bool read_sidecar) {
   std::vector<std::string> added;
+  if (const auto failed = WorkloadRegistry::instance().take_failed_registrations(); !failed.empty()) {
+    throw std::logic_error("a built-in workload failed to register: " + failed.front());
+  }
   for (const auto& lib : libraries) {
     for (auto& name : load_workload_library(lib)) added.push_back(std::move(name));
   }

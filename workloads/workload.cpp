@@ -115,8 +115,19 @@ WorkloadRegistry& WorkloadRegistry::instance() {
 }
 
 void WorkloadRegistry::add(std::unique_ptr<Workload> workload) {
-  if (contains(workload->name())) throw std::logic_error("workload '" + workload->name() + "' registered twice");
+  if (contains(workload->name())) {
+    throw std::logic_error("workload '" + workload->name() + "' is registered already (a built-in workload's name, or an "
+                           "earlier library's)");
+  }
   workloads_.push_back(std::move(workload));
+}
+
+void WorkloadRegistry::note_failed_registration(std::string what) { failed_registrations_.push_back(std::move(what)); }
+
+std::vector<std::string> WorkloadRegistry::take_failed_registrations() {
+  std::vector<std::string> out;
+  out.swap(failed_registrations_);
+  return out;
 }
 
 void WorkloadRegistry::put(std::unique_ptr<Workload> workload) {

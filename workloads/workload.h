@@ -166,13 +166,31 @@ class WorkloadRegistry {
   // Registration order is not stable across link orders; names are sorted, `mlp` first.
   std::vector<std::string> names() const;
 
+  // A registration that failed (a name taken, a constructor that threw), in words, kept for whoever
+  // loaded the code that tried it (--workload-lib's loader) to report; take_ empties the list.
+  void note_failed_registration(std::string what);
+  std::vector<std::string> take_failed_registrations();
+
  private:
   std::vector<std::unique_ptr<Workload>> workloads_;
+  std::vector<std::string> failed_registrations_;
 };
 
+// A registration never throws: it runs as a static initialiser, in the executable before main or in
+// a plug-in inside dlopen, and an exception there ends the process (dlopen cannot unwind it). A
+// failure is noted in the registry instead, and the plug-in's loader refuses the library in one line.
 template <typename W>
 struct WorkloadRegistration {
-  WorkloadRegistration() { WorkloadRegistry::instance().add(std::make_unique<W>()); }
+  WorkloadRegistration() noexcept {
+    auto& registry = WorkloadRegistry::instance();
+    try {
+      registry.add(std::make_unique<W>());
+    } catch (const std::exception& e) {
+      registry.note_failed_registration(e.what());
+    } catch (...) {
+      registry.note_failed_registration("a workload's constructor threw something that is not a std::exception");
+    }
+  }
 };
 
 #define DDPBENCH_REGISTER_WORKLOAD(Type) \

@@ -3,6 +3,7 @@
 // example plug-in library (--workload-lib), run by the real ddpbench binary under every strategy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "base/errors.h"
@@ -428,6 +429,23 @@ TEST(WorkloadPlugin, TheExampleRunsUnderEveryStrategyInRanksAndWorkers) {
   const auto list = run_process(testing::ddpbench_args({"--workload-lib", DDPBENCH_EXAMPLE_PLUGIN, "--list"}));
   EXPECT_EQ(list.exit_code, 0) << list.err;
   EXPECT_NE(list.out.find("swish-mlp"), std::string::npos) << list.out;
+}
+
+TEST(WorkloadPlugin, ATakenNameOrAThrowingConstructorIsOneLineAndExitTwoNotAnAbort) {
+  ScratchDir dir;
+  const std::vector<std::pair<std::string, std::string>> plugins = {
+      {DDPBENCH_PLUGIN_TAKES_A_TAKEN_NAME, "workload 'mlp' is registered already"},
+      {DDPBENCH_PLUGIN_CONSTRUCTOR_THROWS, "no licence server answered"},
+  };
+  for (const auto& [plugin, expected] : plugins) {
+    SCOPED_TRACE(plugin);
+    const std::string json = dir.file("r.json");
+    const auto r = run_process(quick_run(json, {"--workload-lib", plugin, "--strategy", "single"}));
+    EXPECT_EQ(r.exit_code, 2) << r.err << r.out;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find("--workload-lib: " + plugin + ": " + expected), std::string::npos) << r.err;
+    EXPECT_FALSE(testing::path_exists(json)) << "a refused run wrote its results file";
+  }
 }
 
 }  // namespace
