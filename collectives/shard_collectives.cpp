@@ -78,16 +78,25 @@ CollectiveTraffic reduce_scatter(ProcessGroupContext& group, const torch::Tensor
       [&](int n, int r, std::int64_t shard) {
         // At step s this rank passes on chunk r-s-1, which it has summed so far, and adds the chunk
         // r-s-2 its left neighbour has summed into its own. After N-1 steps chunk r holds every
-        // rank's contribution.
-        const torch::Tensor incoming = torch::empty_like(output);
+        // rank's contribution. `output` (one chunk) is the receive buffer, so that a unit's
+        // reduce-scatter adds no chunk-sized temporary to the step's peak, and the last step adds
+        // this rank's chunk r into it (IEEE addition commutes: the same sums). When `output` is
+        // input's chunk r itself (zero1's gradient chunks are views of the bucket), it cannot be
+        // written before the end, and a temporary receives.
+        const bool output_in_input = output.is_alias_of(input);
+        const torch::Tensor incoming = output_in_input ? torch::empty_like(output) : output;
         for (int s = 0; s < n - 1; ++s) {
           auto sent = group.send_async(chunk(input, r - s - 1, n, shard), (r + 1) % n, tag);
           auto received = group.recv_async(incoming, (r - 1 + n) % n, tag);
           group.wait(received, what);
           group.wait(sent, what);
-          chunk(input, r - s - 2, n, shard).add_(incoming);
+          if (s + 1 < n - 1 || output_in_input) {
+            chunk(input, r - s - 2, n, shard).add_(incoming);
+          } else {
+            output.add_(chunk(input, r, n, shard));
+          }
         }
-        output.copy_(chunk(input, r, n, shard));
+        if (output_in_input) output.copy_(chunk(input, r, n, shard));
       });
 }
 

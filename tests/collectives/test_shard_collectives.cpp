@@ -55,6 +55,25 @@ TEST_P(ShardCollectives, ReduceScatterIsAllReduceThenThisRanksSlice) {
   }
 }
 
+TEST_P(ShardCollectives, ReduceScatterIntoItsInputsOwnChunkIsTheSameSlice) {
+  // zero1's gradient chunks are views of the bucket they are reduced from: the output is the input's
+  // chunk `rank`, which the ring must not use as its receive buffer.
+  const int world = GetParam();
+  for (const auto dtype : dtypes_to_test()) {
+    SCOPED_TRACE(c10::toString(dtype));
+    on_gloo_ranks(world, [&](ProcessGroupContext& group) {
+      const auto mine = whole_numbers(group.rank(), 1001, world, dtype);
+      const std::int64_t shard = mine.numel() / world;
+      auto expected = mine.clone();
+      group.allreduce(expected, "all-reduce");
+      auto input = mine.clone();
+      auto output = input.narrow(0, group.rank() * shard, shard);
+      reduce_scatter(group, input, output, "reduce-scatter in place");
+      EXPECT_TRUE(torch::equal(output, expected.narrow(0, group.rank() * shard, shard))) << "rank " << group.rank();
+    });
+  }
+}
+
 TEST_P(ShardCollectives, AllGatherPutsEveryRanksShardInRankOrder) {
   const int world = GetParam();
   for (const auto dtype : dtypes_to_test()) {
