@@ -27,6 +27,7 @@
 #include "distributed/rank_launcher.h"
 #include "records/run_context.h"
 #include "run/runner.h"
+#include "run/stop_request.h"
 #include "views/table_report.h"
 #include "compat/torch_compat.h"
 #include "timing/trace.h"
@@ -37,6 +38,23 @@ namespace {
 void on_stop_signal(int signal) {
   ddpbench::request_stop();
   std::signal(signal, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+// The one line for a --json the run could not write; the table above it holds what was measured.
+int json_write_failed(const ddpbench::JsonFileSink& json) {
+  std::fprintf(stderr, "ddpbench: error: --json: %s; the table above holds what was measured\n", json.failure()->c_str());
+  return 1;
+}
+
+// The trace files, or none after saying in one line which could not be written (the measurements
+// are in the table and the JSON already).
+std::vector<std::string> write_trace(const ddpbench::TraceRecorder& trace, const std::string& dir) {
+  try {
+    return trace.write(dir);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddpbench: error: --trace: %s; the table above holds what was measured\n", e.what());
+    return {};
+  }
 }
 
 // While a rank waits for the others to join, nothing is measured and c10d's rendezvous blocks
@@ -221,6 +239,7 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
     progress.emplace(2);
     runner.add_sink(&*progress);
     if (cmd.json_path) {
+      // Rank 0 alone cannot stop its peers mid-case: a --json it cannot write is said at the end.
       json.emplace(*cmd.json_path);
       runner.add_sink(&*json);
     }
@@ -234,9 +253,12 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   const RunRecord record = runner.run();
+  if (json && json->failure()) return json_write_failed(*json);
   if (env.rank == 0 && cmd.json_path) std::cout << "results: " << *cmd.json_path << '\n';
   if (trace) {
-    const std::string path = trace->write(*cmd.trace_dir).front();
+    const std::vector<std::string> written = write_trace(*trace, *cmd.trace_dir);
+    if (written.empty()) return 1;
+    const std::string& path = written.front();
     if (env.rank == 0) std::cout << "trace: " << path << " (one file per rank)\n";
   }
   if (!record.interruption.empty()) return 130;
@@ -313,7 +335,9 @@ int run(const std::vector<std::string>& args) {
   std::optional<JsonFileSink> json;
   runner.add_sink(&progress);
   if (cmd.json_path) {
-    json.emplace(*cmd.json_path);
+    // A --json that cannot be written (a full disk, ulimit -f) stops the run at the next step: what
+    // was measured is in the table, the last whole file stays.
+    json.emplace(*cmd.json_path, [](const std::string&) { request_stop_because("--json could not be written"); });
     runner.add_sink(&*json);
   }
   runner.add_sink(&table);
@@ -333,8 +357,13 @@ int run(const std::vector<std::string>& args) {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   const RunRecord record = runner.run();
+  if (json && json->failure()) return json_write_failed(*json);
   if (cmd.json_path) std::cout << "results: " << *cmd.json_path << '\n';
-  if (trace) std::cout << "trace: " << join(trace->write(*cmd.trace_dir)) << '\n';
+  if (trace) {
+    const std::vector<std::string> written = write_trace(*trace, *cmd.trace_dir);
+    if (written.empty()) return 1;
+    std::cout << "trace: " << join(written) << '\n';
+  }
 
   if (!record.interruption.empty()) return 130;
   return report_failures(record, "");
@@ -350,6 +379,10 @@ int main(int argc, char** argv) {
   // this process silently with SIGPIPE (Python, where PyTorch usually runs, ignores it at start-up
   // for the same reason). Children get SIGPIPE back at its default (child_process.h).
   std::signal(SIGPIPE, SIG_IGN);
+  // Past a file-size limit (ulimit -f) a write must fail with EFBIG, which names the file in one
+  // line as a full disk's ENOSPC does, not kill the run with SIGXFSZ and lose what it measured.
+  // Rank processes inherit it.
+  std::signal(SIGXFSZ, SIG_IGN);
   // A Hogwild worker process started by a run of this executable: it takes no command line.
   if (ddpbench::is_hogwild_worker_process()) return ddpbench::hogwild_worker_main();
   try {

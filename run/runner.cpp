@@ -269,7 +269,7 @@ RunRecord Runner::run() {
       if (!ran) break;
     }
   } catch (const StopRequested&) {
-    record_.interruption = "interrupted by a signal; measured repetitions are kept";
+    record_.interruption = stop_reason() + "; measured repetitions are kept";
   }
   if (!record_.interruption.empty()) mark_not_reached(record_.cases, "the run was interrupted first");
   current_case_ = -1;

@@ -436,6 +436,15 @@ nlohmann::json to_json(const RunRecord& record) {
   return {{"context", context_json(record)}, {"benchmarks", benchmarks}, {"ddpbench", {{"why", why}}}};
 }
 
-void JsonFileSink::on_update(const RunRecord& record) { write_file_atomically(path_, to_json(record).dump(2) + "\n"); }
+void JsonFileSink::on_update(const RunRecord& record) {
+  if (failure_) return;
+  const std::string contents = to_json(record).dump(2) + "\n";
+  try {
+    write_file_atomically(path_, contents);
+  } catch (const std::exception& e) {
+    failure_ = e.what();
+    if (on_failure_) on_failure_(*failure_);
+  }
+}
 
 }  // namespace ddpbench

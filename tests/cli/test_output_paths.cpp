@@ -188,6 +188,53 @@ TEST(OutputPaths, AReplacedResultsFileKeepsItsMode) {
   EXPECT_NE(read_text(path).find("\"benchmarks\""), std::string::npos);
 }
 
+// `args` run by a shell that first sets a file-size limit of `kilobytes` (ulimit -f): the limit a
+// user's shell or a CI runner may set, applied to that one child only.
+std::vector<std::string> under_file_size_limit(int kilobytes, const std::vector<std::string>& args) {
+  std::vector<std::string> shell = {"/bin/sh", "-c", "ulimit -f " + std::to_string(kilobytes) + " && exec \"$@\"", "sh"};
+  shell.insert(shell.end(), args.begin(), args.end());
+  return shell;
+}
+
+// Past a file-size limit a write fails as on a full disk: one line naming the flag and the file,
+// exit 1 and no SIGXFSZ death; the table still shows what was measured; the earlier results file
+// is whole and nothing half-written is left beside it.
+TEST(OutputPaths, AFileSizeLimitOnJsonIsOneLineAndKeepsTheEarlierFile) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  std::ofstream(path) << "earlier results";
+  const auto r = run_process(under_file_size_limit(1, tiny_run(path, {"--strategy", "single"})));
+  EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("--json: cannot write '" + path + "': File too large"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("mlp/single/world:1"), std::string::npos) << "no table:\n" << r.out;
+  EXPECT_EQ(read_text(path), "earlier results");
+  EXPECT_EQ(directory_entries(dir.path()), std::vector<std::string>{"r.json"});
+}
+
+TEST(OutputPaths, AFileSizeLimitOnTheTraceIsOneLineAfterTheMeasuredTable) {
+  ScratchDir dir;
+  const auto traces = dir.file("traces");
+  const auto r = run_process(under_file_size_limit(
+      1, testing::ddpbench_args({"--device", "cpu", "--threads", "1", "--batch", "8", "--dataset-size", "16", "--steps",
+                                 "20", "--warmup", "1", "--repetitions", "2", "--no-json", "--strategy", "ddp",
+                                 "--world-size", "2", "--trace", traces})));
+  EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("--trace: cannot write"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;
+  const auto row = r.out.find("\nmlp/ddp/world:2 ");
+  ASSERT_NE(row, std::string::npos) << "no table:\n" << r.out;
+  EXPECT_EQ(r.out.substr(row + 1, r.out.find('\n', row + 1) - row - 1).find(" ok "), std::string("mlp/ddp/world:2 ").size())
+      << "the measured case is not ok in the table:\n" << r.out;
+  EXPECT_EQ(r.out.find("trace:"), std::string::npos) << r.out;
+  for (const auto& name : directory_entries(traces)) {
+    EXPECT_NE(read_text(traces + "/" + name).find("traceEvents"), std::string::npos) << name << " is not whole";
+  }
+}
+
 TEST(OutputPaths, ASecondLiveRunMayNotWriteTheSameJson) {
   ScratchDir dir;
   const auto path = dir.file("results.json");
