@@ -139,10 +139,9 @@ def to_json(projections, net, scaling, source, worlds, device_memory=None):
 def is_projection_file(path):
     """True for what `ddpbench-project --json` wrote (ddpbench-report takes those too)."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
+        head = files.read_regular_file(path)[:4096]
     except OSError:
-        return False
+        return False  # not a file the report can read: results.load says why
     return b'"ddpbench_projection"' in head
 
 
@@ -150,8 +149,7 @@ def load_projection_file(path):
     """(document, [model.Projection]) of a `--json` file, every field the report reads checked;
     anything else is a results.ResultsError naming the file and the field."""
     try:
-        with open(path, "rb") as f:
-            doc = json.loads(f.read().decode("utf-8"), parse_constant=results._refuse_constant)
+        doc = json.loads(files.read_regular_file(path).decode("utf-8"), parse_constant=results._refuse_constant)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, results.ResultsError, RecursionError) as e:
         raise results.ResultsError(f"{path}: not a readable projection file: {str(e).splitlines()[0] if str(e) else e}")
     if not isinstance(doc, dict) or doc.get("ddpbench_projection") != SCHEMA_VERSION or not isinstance(

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import List, Optional
 
+from reports import files
+
 PRESETS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "networks.json")
 GB = 1e9
 US = 1e-6
@@ -232,8 +234,7 @@ def load(spec, devices_per_node=None):
     nccl-tests output). devices_per_node (--gpus-per-node) overrides what the spec says."""
     if os.path.exists(spec):
         try:
-            with open(spec, "rb") as f:
-                raw = f.read().decode("utf-8")
+            raw = files.read_regular_file(spec).decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise NetworkError(f"--network {spec}: cannot read: {getattr(e, 'strerror', None) or e}") from e
         try:

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from . import stats
+from . import files, stats
 
 # The versions of context.json_schema_version this package understands.
 KNOWN_SCHEMA_VERSIONS = (1,)
@@ -155,8 +155,7 @@ def _refuse_constant(name):
 def load(path):
     """Returns the parsed document of a ddpbench results file, or raises ResultsError naming the file."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = files.read_regular_file(path)
     except OSError as e:
         raise ResultsError(f"{path}: cannot read: {e.strerror or e}") from e
     try:

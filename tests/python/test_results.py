@@ -82,3 +82,42 @@ def test_dtype_and_tflops_of_a_real_run(real_run):
     assert results.tflops_text(with_peak).endswith("(50% of " + f"{2 * achieved:.4g})")
     del doc["context"]["ddpbench"]["settings"]["dtype"]  # a file from before --dtype
     assert results.dtype(doc) == "fp32"
+
+
+# Every script's inputs go through reports.files.read_regular_file: a device is never read (it
+# could be endless: /dev/zero), a FIFO is never waited on, a directory is not a file. Each is one
+# line naming the input, exit 2, promptly.
+SCRIPTS = os.path.join(ROOT, "scripts")
+FIXTURE = os.path.join(ROOT, "tests", "python", "fixtures", "mlp-cpu-world2.json")
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "directory"])
+@pytest.mark.parametrize("command", [["ddpbench-compare", FIXTURE, "{}"], ["ddpbench-compare", "{}", FIXTURE],
+                                     ["ddpbench-report", "{}", "--out", "{out}"], ["ddpbench-project", "{}"],
+                                     ["ddpbench-project", FIXTURE, "--network", "{}"]],
+                         ids=["compare-current", "compare-baseline", "report", "project", "project-network"])
+def test_inputs_that_are_not_regular_files_are_refused_at_once(tmp_path, kind, command):
+    if kind == "device":
+        path = "/dev/zero"
+    elif kind == "fifo":
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)  # nobody ever writes to it: reading it would block for good
+    else:
+        path = str(tmp_path)
+    args = [a.replace("{}", path).replace("{out}", str(tmp_path / "report")) for a in command]
+    r = subprocess.run([sys.executable, os.path.join(SCRIPTS, args[0])] + args[1:], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert path in r.stderr and "not a regular file" in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / "report")
+
+
+def test_read_regular_file_reads_a_regular_file_whole(tmp_path):
+    from reports import files
+    path = tmp_path / "big"
+    data = os.urandom(3 * (1 << 20) + 17)  # more than one read's chunk
+    path.write_bytes(data)
+    assert files.read_regular_file(str(path)) == data
+    with pytest.raises(OSError, match="larger than"):
+        files.read_regular_file(str(path), limit=1024)
