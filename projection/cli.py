@@ -122,10 +122,14 @@ def chart(projections, path):
         ax.legend(fontsize=8)
     ax.set_title("Projected scaling efficiency")
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    tmp = path + f".tmp{os.getpid()}.png"
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def to_json(projections, net, scaling, source, worlds, device_memory=None):
@@ -190,6 +194,13 @@ def _check_output(flag, path, inputs):
             raise network.NetworkError(f"{flag} {path}: names an input file; it would be overwritten")
 
 
+def _same_file(a, b):
+    """One file under two names: the same inode when both exist, else the same resolved path."""
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 def main(argv=None):
     p = OneLineParser(prog="ddpbench-project", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", help="a ddpbench results JSON file")
@@ -218,6 +229,8 @@ def main(argv=None):
         inputs = [args.results] + ([args.network] if os.path.exists(args.network) else [])
         _check_output("--json", args.json_out, inputs)
         _check_output("--chart", args.chart, inputs)
+        if args.json_out and args.chart and _same_file(args.json_out, args.chart):
+            raise network.NetworkError(f"--chart {args.chart}: the file --json names too; give each its own")
         doc = results.load(args.results)
         if results.is_micro(doc):
             raise results.ResultsError(f"{args.results}: a ddpbench-micro file; pass it as --network, and a "
@@ -237,13 +250,15 @@ def main(argv=None):
         print("\nwhich fit (memory projected for ddp, zero1, zero2, fsdp):")
         print("\n".join("  " + a for a in answers) if answers else
               "  cannot tell: no projected case has its memory split by kind in the file")
+    flag, path = "--json", args.json_out
     try:
         if args.json_out:
             files.write_atomically(args.json_out, json.dumps(to_json(projections, net, args.scaling, args.results,
                                                                 args.world, args.device_memory), indent=1) + "\n")
+        flag, path = "--chart", args.chart
         if args.chart:
             chart(projections, args.chart)
     except OSError as e:
-        print(f"ddpbench-project: cannot write: {e.strerror or e}", file=sys.stderr)
+        print(f"ddpbench-project: {flag} {path}: cannot write: {e.strerror or e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return 0

@@ -7,6 +7,7 @@ written by hand (the same fields), or from a fit of t = a + b * bytes to measure
 ddpbench-micro's JSON (Gloo between two ranks) or nccl-tests' all_reduce_perf output.
 """
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -153,6 +154,9 @@ def from_description(doc, path):
 
 def fit_line(points):
     """Least squares t = a + b * x over (x, t) points; a is clamped at 0 (no negative latency)."""
+    for x, t in points:
+        if not (math.isfinite(x) and math.isfinite(t)) or x < 0 or t <= 0:
+            raise NetworkError(f"a measured time of {t!r} s at {x!r} bytes: times must be finite and above 0")
     if len({x for x, _ in points}) < 2:
         raise NetworkError("a fit needs all-reduce times at two sizes at least")
     n = len(points)
@@ -166,18 +170,41 @@ def fit_line(points):
     return a, b
 
 
+def _fit(points, path):
+    """fit_line, its refusal naming the network file."""
+    try:
+        return fit_line(points)
+    except NetworkError as e:
+        raise NetworkError(f"--network {path}: {e}") from e
+
+
 _TIME_TO_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
-def _micro_points(doc, family):
+def _micro_points(doc, family, path):
+    """(bytes, seconds) of each `family/BYTES` iteration entry; an entry that is not what Google
+    Benchmark writes is a NetworkError naming it."""
+    where = f"--network {path}"
+    entries = doc.get("benchmarks")
+    if not isinstance(entries, list):
+        raise NetworkError(f"{where}: benchmarks should be an array")
     points = []
-    for b in doc.get("benchmarks", []):
+    for i, b in enumerate(entries):
+        if not isinstance(b, dict):
+            raise NetworkError(f"{where}: benchmarks[{i}] is not an object")
         name = b.get("name", "")
-        if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
+        if not isinstance(name, str) or b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
             continue
         m = re.fullmatch(rf"{family}/(\d+)(/.*)?", name)
-        if m:
-            points.append((float(m.group(1)), b["real_time"] * _TIME_TO_S[b.get("time_unit", "ns")]))
+        if not m:
+            continue
+        unit = b.get("time_unit", "ns")
+        if unit not in _TIME_TO_S:
+            raise NetworkError(f"{where}: benchmarks[{i}].time_unit is {unit!r}, not one of {', '.join(_TIME_TO_S)}")
+        t = b.get("real_time")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            raise NetworkError(f"{where}: benchmarks[{i}] ({name}) has real_time {t!r}, not a time above 0")
+        points.append((float(m.group(1)), t * _TIME_TO_S[unit]))
     return points
 
 
@@ -185,15 +212,15 @@ def from_micro(doc, path):
     """ddpbench-micro's JSON: Gloo all-reduce between two ranks (t = 2 alpha + bytes / B for a ring of
     two) for the link, and its replicate copy for DataParallel's copies. One host: the same link
     inside and between nodes, 1 device per node unless --gpus-per-node says otherwise."""
-    points = _micro_points(doc, "BM_GlooAllreduce")
+    points = _micro_points(doc, "BM_GlooAllreduce", path)
     if not points:
         raise NetworkError(f"--network {path}: a ddpbench-micro file without BM_GlooAllreduce results")
-    a, b = fit_line(points)
+    a, b = _fit(points, path)
     link = Link(1.0 / b, a / 2, f"fitted to {len(points)} Gloo all-reduce sizes between 2 ranks in {path}")
     copy = None
-    copies = _micro_points(doc, "BM_ReplicateCopy")
+    copies = _micro_points(doc, "BM_ReplicateCopy", path)
     if len(copies) >= 2:
-        ca, cb = fit_line(copies)
+        ca, cb = _fit(copies, path)
         copy = Link(1.0 / cb, ca, f"fitted to {len(copies)} replicate-copy sizes in {path}")
     return Network(name=os.path.basename(path), devices_per_node=1, intra=link, inter=link, nics_per_node=1,
                    copy=copy, transport_on_compute_cores=True, sources=[link.source] + ([copy.source] if copy else []))
@@ -220,7 +247,7 @@ def from_nccl_tests(text, path):
                 continue
     if not points:
         raise NetworkError(f"--network {path}: no result rows found")
-    a, b = fit_line(points)
+    a, b = _fit(points, path)
     hosts = len(set(ranks))
     link = Link(2 * (n - 1) / n / b, a / (2 * (n - 1)),
                 f"fitted to {len(points)} all_reduce_perf sizes over {n} ranks on {hosts} host(s) in {path}")
@@ -241,6 +268,8 @@ def load(spec, devices_per_node=None):
             doc = json.loads(raw)
         except json.JSONDecodeError:
             doc = None
+        except RecursionError as e:
+            raise NetworkError(f"--network {spec}: JSON nested too deeply to be a network file") from e
         if isinstance(doc, dict) and isinstance(doc.get("context"), dict) and "ddpbench_micro" in doc["context"]:
             net = from_micro(doc, spec)
         elif isinstance(doc, dict):

@@ -375,6 +375,67 @@ def test_an_output_that_names_the_input_is_refused(real_run):
     assert open(real_run).read() == before
 
 
+def micro_doc(*entries):
+    """A ddpbench-micro file: Google Benchmark's layout, BM_GlooAllreduce entries as given."""
+    return {"context": {"ddpbench_micro": "0.1.0"}, "benchmarks": list(entries)}
+
+
+def allreduce_entry(size, real_time, unit="ns"):
+    return {"name": f"BM_GlooAllreduce/{size}/real_time", "run_type": "iteration", "real_time": real_time,
+            "time_unit": unit}
+
+
+NCCL_HEADER = ["#  Rank  0 Group  0 Pid  100 on  node0 device  0 [0x1b] NVIDIA H100",
+               "#  Rank  1 Group  0 Pid  101 on  node0 device  1 [0x1b] NVIDIA H100"]
+
+
+def nccl_text(*times_us):
+    rows = [f"  {size:>12} {size // 4:>12}     float     sum      -1  {t:>8}  0.00  0.00      0  {t:>8}  0.00  0.00  0"
+            for size, t in zip((1 << 20, 1 << 24, 1 << 28), times_us)]
+    return "\n".join(NCCL_HEADER + rows) + "\n"
+
+
+HOSTILE_NETWORKS = {
+    "entry-not-an-object": (json.dumps(micro_doc(allreduce_entry(1024, 5000), 7)), "benchmarks[1] is not an object"),
+    "entry-without-real_time": (json.dumps(micro_doc({"name": "BM_GlooAllreduce/1024/real_time"})), "real_time None"),
+    "unknown-time-unit": (json.dumps(micro_doc(allreduce_entry(1024, 5, "fortnights"))), "time_unit is 'fortnights'"),
+    "benchmarks-not-an-array": (json.dumps({"context": {"ddpbench_micro": "0.1.0"}, "benchmarks": 3}), "array"),
+    "deeply-nested": ("[" * 100000 + "]" * 100000, "nested too deeply"),
+    "micro-negative-time": (json.dumps(micro_doc(allreduce_entry(1024, -5.0), allreduce_entry(4096, 9.0))),
+                            "real_time -5.0"),
+    "micro-infinite-time": ('{"context": {"ddpbench_micro": "0.1.0"}, "benchmarks": [{"name": '
+                            '"BM_GlooAllreduce/1024/real_time", "real_time": Infinity}]}', "real_time inf"),
+    "nccl-nan-time": (nccl_text("nan", "20.0", "300.0"), "must be finite and above 0"),
+    "nccl-negative-time": (nccl_text("-4.0", "20.0", "300.0"), "must be finite and above 0"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_NETWORKS))
+def test_a_hostile_network_file_is_one_line_naming_it(real_run, tmp_path, name):
+    text, says = HOSTILE_NETWORKS[name]
+    path = tmp_path / "net.json"
+    path.write_text(text)
+    r = run_project(real_run, "--network", path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"--network {path}" in r.stderr and says in r.stderr, r.stderr
+    assert "100.0%" not in r.stdout
+
+
+def test_outputs_name_their_flag_and_file_when_they_cannot_be_written(real_run, tmp_path):
+    same = tmp_path / "out"
+    r = run_project(real_run, "--json", same, "--chart", tmp_path / "." / "out")
+    assert r.returncode == 2 and "--chart" in r.stderr and "--json names too" in r.stderr, r.stderr
+    assert not same.exists()
+    # A file-size limit (ulimit -f) fails the write as a full disk would: named, nothing left half-written.
+    out = tmp_path / "big.json"
+    r = subprocess.run(["/bin/sh", "-c", 'ulimit -f 1 && exec "$@"', "sh", PROJECT, str(real_run), "--json", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and f"--json {out}: cannot write: File too large" in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_missing_or_wrong_results_file_is_refused(tmp_path):
     r = run_project(tmp_path / "none.json")
     assert r.returncode == 2 and "cannot read" in r.stderr
