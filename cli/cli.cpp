@@ -7,10 +7,12 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
 #include "base/build_info.h"
+#include "base/utf8.h"
 #include "devices/counting_allocator.h"
 #include "base/errors.h"
 #include "cli/options_codec.h"
@@ -168,6 +170,25 @@ std::string list_text() {
   return out.str();
 }
 
+// Every argument becomes text in the results (context.argv, the settings, the paths), and JSON holds
+// Unicode text only: an argument with bytes that are not UTF-8 (a path in another encoding) is
+// refused naming its flag, before anything is measured, rather than failing the JSON at the end.
+void refuse_non_utf8_arguments(const std::vector<std::string>& args) {
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const auto bad = first_invalid_utf8(args[i]);
+    if (!bad) continue;
+    const auto is_flag = [](const std::string& a) { return a.size() > 1 && a[0] == '-'; };
+    std::string flag = is_flag(args[i])             ? args[i].substr(0, args[i].find('='))
+                       : i > 1 && is_flag(args[i - 1]) ? args[i - 1]
+                                                     : "argument " + std::to_string(i);
+    char byte[8];
+    std::snprintf(byte, sizeof(byte), "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(args[i][*bad])));
+    throw UsageError(escape_invalid_utf8(flag) + ": '" + escape_invalid_utf8(args[i]) + "' is not UTF-8 text (byte " +
+                     byte + " at offset " + std::to_string(*bad) +
+                     "); the results are JSON, which holds text only: give it in UTF-8");
+  }
+}
+
 CommandLine parse_command_line(const std::vector<std::string>& args) {
   CommandLine cmd;
   // A rank started by ddpbench's launcher: the launcher's resolved options, whole (options_codec.h).
@@ -179,6 +200,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     cmd.json_path.reset();
     return cmd;
   }
+  refuse_non_utf8_arguments(args);
   CLI::App app{"ddpbench: one training workload under several parallel-training strategies, measured side by side",
                "ddpbench"};
   app.set_version_flag("--version", std::string("ddpbench ") + build_version() + " (git " + build_git_sha() +

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "base/build_info.h"
+#include "base/utf8.h"
 #include "compat/torch_compat.h"
 
 extern char** environ;
@@ -63,12 +64,13 @@ RunContext collect_run_context(const std::vector<std::string>& argv) {
   RunContext c;
   c.date = iso_date_now();
   std::array<char, 256> host{};
-  if (gethostname(host.data(), host.size() - 1) == 0) c.host_name = host.data();
+  // What the machine says of itself goes into the JSON whatever its bytes: bad ones as \xHH.
+  if (gethostname(host.data(), host.size() - 1) == 0) c.host_name = escape_invalid_utf8(host.data());
   std::array<char, 4096> exe{};
   const ssize_t n = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
-  c.executable = n > 0 ? std::string(exe.data(), static_cast<size_t>(n)) : (argv.empty() ? "" : argv[0]);
+  c.executable = escape_invalid_utf8(n > 0 ? std::string(exe.data(), static_cast<size_t>(n)) : (argv.empty() ? "" : argv[0]));
   c.num_cpus = available_cpus();
-  c.argv = argv;
+  for (const auto& a : argv) c.argv.push_back(escape_invalid_utf8(a));
   c.version = build_version();
   c.git_sha = build_git_sha();
   c.build_type = build_type();
@@ -79,7 +81,7 @@ RunContext collect_run_context(const std::vector<std::string>& argv) {
   DeviceInfo cpu;
   cpu.index = 0;
   cpu.kind = DeviceKind::Cpu;
-  cpu.name = read_first_match("/proc/cpuinfo", "model name");
+  cpu.name = escape_invalid_utf8(read_first_match("/proc/cpuinfo", "model name"));
   if (cpu.name.empty()) cpu.name = "cpu";
   const std::string mem_kb = read_first_match("/proc/meminfo", "MemTotal");
   cpu.total_memory_bytes = mem_kb.empty() ? 0 : std::stoll(mem_kb) * 1024;
@@ -93,7 +95,7 @@ RunContext collect_run_context(const std::vector<std::string>& argv) {
     const auto eq = entry.find('=');
     if (eq == std::string::npos) continue;
     std::string name = entry.substr(0, eq);
-    if (is_relevant_env_var(name)) c.env.emplace_back(std::move(name), entry.substr(eq + 1));
+    if (is_relevant_env_var(name)) c.env.emplace_back(escape_invalid_utf8(name), escape_invalid_utf8(entry.substr(eq + 1)));
   }
   std::sort(c.env.begin(), c.env.end());
   return c;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/errors.h"
+#include "base/utf8.h"
 #include "distributed/process_group.h"
 #include "records/record_codec.h"
 
@@ -16,7 +17,7 @@ namespace {
 std::string host_name() {
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
-  return name;
+  return escape_invalid_utf8(name);  // it goes into the JSON: bad bytes as \xHH
 }
 
 std::string as_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }

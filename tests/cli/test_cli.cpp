@@ -114,6 +114,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--seq-len", "64"}, "--seq-len", "none of the workloads run takes a sequence length"},
         BadInput{{"--workload", "gpt2", "--seq-len", "2048"}, "--seq-len", "at most 1024, got 2048"},
         BadInput{{"--workload", "gpt2", "--seq-len", "0"}, "--seq-len", "at least 1, got 0"},
+        // The results are JSON, which holds UTF-8 text only: other bytes are refused naming the flag.
+        BadInput{{"--trace", "traces\xff"}, "--trace", "'traces\\xFF' is not UTF-8 text (byte 0xFF at offset 6)"},
+        BadInput{{"--json", "r\xfe.json"}, "--json", "is not UTF-8 text (byte 0xFE at offset 1)"},
+        BadInput{{"--model-set", "target=class:\xc3"}, "--model-set", "is not UTF-8 text (byte 0xC3 at offset 13)"},
+        BadInput{{"--workload=mlp\xed\xa0\x80"}, "--workload", "not UTF-8 text (byte 0xED at offset 14)"},
         BadInput{{"--no-such-flag"}, "--no-such-flag", ""}),
     [](const ::testing::TestParamInfo<BadInput>& info) { return testing::test_name_from(info.param.args); });
 
@@ -161,6 +166,18 @@ TEST(Cli, MoreThreadsThanCoresRunsButSaysSo) {
       << r.err;
   const auto quiet = run_process(tiny_run(dir.file("r.json"), {"--strategy", "single", "--threads", "1"}));
   EXPECT_EQ(quiet.err.find("warning"), std::string::npos) << quiet.err;
+}
+
+// What the machine says of itself (here a recorded environment variable; the host name takes the
+// same path) is not the user's to fix: bytes that are not UTF-8 are recorded as \xHH, and the run
+// and its JSON complete.
+TEST(Cli, BytesThatAreNotUtf8InTheEnvironmentAreRecordedEscaped) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  const auto r = run_process(tiny_run(path, {"--strategy", "single"}), 0, {{"OMP_DDPBENCH_PROBE", "a\xff" "b"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = json::parse(testing::read_text(path));
+  EXPECT_EQ(doc.at("context").at("ddpbench").at("env").at("OMP_DDPBENCH_PROBE"), "a\\xFFb") << doc.at("context").dump();
 }
 
 }  // namespace
