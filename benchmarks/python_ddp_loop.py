@@ -10,25 +10,18 @@ ddpbench pins its ranks. Prints rank 0's step times as JSON: {"step_ms": [...]}.
 """
 import json
 import os
-import socket
 import sys
 import time
-from queue import Empty
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
+
+from rank_processes import run_ranks
 
 
 # Debian trixie's torch 2.6 is built without libuv, which TCPStore asks for by default since 2.4.
 os.environ.setdefault("USE_LIBUV", "0")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_main(rank, world, port, steps, warmup, batch, threads, bucket_mb, optimizer, queue):
@@ -82,30 +75,10 @@ def main():
     if optimizer not in ("sgd", "zero"):
         print(f"python_ddp_loop.py: OPTIMIZER must be sgd or zero, not {optimizer!r}", file=sys.stderr)
         return 2
-    ctx = mp.get_context("spawn")  # never fork a process that may have started threads
-    queue = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=rank_main, args=(r, world, port, steps, warmup, batch, threads, bucket_mb, optimizer,
-                                                           queue))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    # Rank 0 sends its times; a rank that dies first must end this run, not leave it waiting.
-    times = None
-    while times is None:
-        try:
-            times = queue.get(timeout=1)
-        except Empty:
-            if any(p.exitcode not in (None, 0) for p in procs) or all(p.exitcode is not None for p in procs):
-                for p in procs:
-                    p.kill()
-                print("python_ddp_loop.py: a rank ended without results: exit codes "
-                      + ", ".join(str(p.exitcode) for p in procs), file=sys.stderr)
-                return 1
-    for p in procs:
-        p.join()
-    print(json.dumps({"step_ms": times}))
-    return 0 if all(p.exitcode == 0 for p in procs) else 1
+    times, rc = run_ranks("python_ddp_loop.py", rank_main, world, (steps, warmup, batch, threads, bucket_mb, optimizer))
+    if times is not None:
+        print(json.dumps({"step_ms": times}))
+    return rc
 
 
 if __name__ == "__main__":

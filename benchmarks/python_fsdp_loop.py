@@ -22,24 +22,17 @@ last block). --keep-grads: zero_grad(set_to_none=False), gradient shards kept be
 """
 import json
 import os
-import socket
 import sys
 import time
-from queue import Empty
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
+
+from rank_processes import run_ranks
 
 # Debian trixie's torch 2.6 is built without libuv, which TCPStore asks for by default since 2.4.
 os.environ.setdefault("USE_LIBUV", "0")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def local_bytes(t):
@@ -133,30 +126,10 @@ def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     steps, warmup, batch, threads, world = (int(a) for a in args[:5])
     reshard, keep_grads = "--no-reshard" not in sys.argv, "--keep-grads" in sys.argv
-    ctx = mp.get_context("spawn")  # never fork a process that may have started threads
-    queue = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=rank_main, args=(r, world, port, steps, warmup, batch, threads, reshard, keep_grads,
-                                                           queue))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    # Rank 0 sends its figures; a rank that dies first must end this run, not leave it waiting.
-    figures = None
-    while figures is None:
-        try:
-            figures = queue.get(timeout=1)
-        except Empty:
-            if any(p.exitcode not in (None, 0) for p in procs) or all(p.exitcode is not None for p in procs):
-                for p in procs:
-                    p.kill()
-                print("python_fsdp_loop.py: a rank ended without results: exit codes "
-                      + ", ".join(str(p.exitcode) for p in procs), file=sys.stderr)
-                return 1
-    for p in procs:
-        p.join()
-    print(json.dumps(figures))
-    return 0 if all(p.exitcode == 0 for p in procs) else 1
+    figures, rc = run_ranks("python_fsdp_loop.py", rank_main, world, (steps, warmup, batch, threads, reshard, keep_grads))
+    if figures is not None:
+        print(json.dumps(figures))
+    return rc
 
 
 if __name__ == "__main__":

@@ -1,0 +1,38 @@
+"""The PyTorch peers' ranks as processes (python_ddp_loop.py, python_fsdp_loop.py): spawned, rank 0's
+figures collected, and a rank that dies first ending the run instead of leaving it waiting."""
+import socket
+import sys
+from queue import Empty
+
+import torch.multiprocessing as mp
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(name, rank_main, world, args):
+    """Starts `rank_main(rank, world, port, *args, queue)` for each rank and returns (what rank 0 put
+    on the queue, exit code): (None, 1) after saying in one line which ranks ended without it."""
+    ctx = mp.get_context("spawn")  # never fork a process that may have started threads
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=rank_main, args=(r, world, port, *args, queue)) for r in range(world)]
+    for p in procs:
+        p.start()
+    figures = None
+    while figures is None:
+        try:
+            figures = queue.get(timeout=1)
+        except Empty:
+            if any(p.exitcode not in (None, 0) for p in procs) or all(p.exitcode is not None for p in procs):
+                for p in procs:
+                    p.kill()
+                print(f"{name}: a rank ended without results: exit codes "
+                      + ", ".join(str(p.exitcode) for p in procs), file=sys.stderr)
+                return None, 1
+    for p in procs:
+        p.join()
+    return figures, 0 if all(p.exitcode == 0 for p in procs) else 1
