@@ -3,6 +3,7 @@
 #include <ATen/ops/mul.h>
 #include <c10/core/StorageImpl.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -166,6 +167,10 @@ void ShardedUnits::free_full(std::size_t u) {
 }
 
 void ShardedUnits::begin_step(double grad_scale, PhaseRecorder* phases) {
+  // Launching the first all-gathers (allocating their buffers) and waiting for the root's: all-gather
+  // work nothing hides, so the step's time here is in a phase, as FSDP2's pre-forward unshard.
+  std::optional<PhaseRecorder::Scope> exposed;
+  if (phases) exposed.emplace(*phases, Phase::AllGatherExposed);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     phases_ = phases;
@@ -296,6 +301,10 @@ torch::Tensor ShardedUnits::finish_backward() {
     comm_.post([this] { group_.allreduce(loss_, "all-reduce of the step's loss"); });
     comm_.drain();
   }
+  // Freeing the full parameters left (munmap of large buffers) ends backward, as FSDP2's post-backward
+  // reshard: in a phase, so that the step's time is all accounted for.
+  std::optional<PhaseRecorder::Scope> reshard;
+  if (phases_) reshard.emplace(*phases_, Phase::Backward);
   std::lock_guard<std::mutex> lock(mutex_);
   for (std::size_t u = 0; u < units_.size(); ++u) free_full(u);  // the root, and any unit left gathered
   traffic_.steps += 1;
