@@ -3,13 +3,17 @@
     ddpbench-report RESULTS.json [MORE.json ...] -o DIR
 
 Writes DIR/<chart>.png and DIR/index.html, which embeds every chart as a base64 PNG and makes no
-outside request. Every string taken from the JSON is HTML-escaped.
+outside request. Every string taken from the JSON is HTML-escaped. The report is written whole or
+not at all: on any failure DIR is left as it was.
 """
 import argparse
 import base64
 import html
 import os
+import re
+import shutil
 import sys
+import tempfile
 from collections import OrderedDict
 
 import matplotlib
@@ -109,8 +113,10 @@ def measured(cases):
 
 def _save(fig, out_dir, name):
     path = os.path.join(out_dir, name)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -456,27 +462,35 @@ def render_projection_tables(projections):
     return "\n".join(parts)
 
 
-def write_report(paths, out_dir):
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise results.ResultsError(f"-o {out_dir}: is a file, not a directory")
+# The files a report writes: the charts' PNGs and the page. An earlier report's files of these names
+# that this one does not write (a chart with nothing to draw this time) are removed with it.
+REPORT_FILE = re.compile(r"index\.html|(throughput|scaling|memory|memory_by_kind|memory_vs_throughput|phases|loss|"
+                         r"step_times|micro|projection\d*)\.png")
+
+
+def _is_report_file(name):
+    return REPORT_FILE.fullmatch(name) is not None
+
+
+def _draw(paths, staging):
+    """Draws the whole report into `staging`; returns the page's name and the charts' names there."""
     from projection import cli as projection_cli  # the report draws what ddpbench-project wrote
     projections = [(os.path.basename(p),) + projection_cli.load_projection_file(p) for p in paths
                    if projection_cli.is_projection_file(p)]
     loaded = [(os.path.basename(p), results.load(p)) for p in paths if not projection_cli.is_projection_file(p)]
     docs = [(s, d) for s, d in loaded if not results.is_micro(d)]
     micro_docs = [(s, d) for s, d in loaded if results.is_micro(d)]
-    os.makedirs(out_dir, exist_ok=True)
     cases = collect_cases(docs)
     charts = []
     for title, fn in CHARTS:
-        path = fn(cases, out_dir)
+        path = fn(cases, staging)
         if path:
             charts.append((title, path))
-    micro_chart = chart_micro(micro_docs, out_dir)
+    micro_chart = chart_micro(micro_docs, staging)
     if micro_chart:
         charts.append(("Micro-benchmarks", micro_chart))
     for i, (source, _, items) in enumerate(projections):
-        path = os.path.join(out_dir, f"projection{i if i else ''}.png")
+        path = os.path.join(staging, f"projection{i if i else ''}.png")
         projection_cli.chart(items, path)
         charts.append((f"Projected scaling efficiency: {source}", path))
     page = render_html(docs, cases, charts)
@@ -484,12 +498,49 @@ def write_report(paths, out_dir):
         page = page.replace("</body></html>", render_projection_tables(projections) + "\n</body></html>")
     if micro_docs:
         page = page.replace("</body></html>", render_micro_tables(micro_docs) + "\n</body></html>")
-    index = os.path.join(out_dir, "index.html")
-    tmp = index + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(os.path.join(staging, "index.html"), "w", encoding="utf-8") as f:
         f.write(page)
-    os.replace(tmp, index)  # never a half-written page
-    return index, [p for _, p in charts]
+    return "index.html", [os.path.basename(p) for _, p in charts]
+
+
+def write_report(paths, out_dir):
+    """Writes the report whole or not at all: it is drawn into a temporary directory beside or inside
+    `out_dir` (the same file system), and only once every file is written are they renamed into place.
+    A failure (a full disk, a file-size limit, a bad input) leaves `out_dir` as it was: an earlier
+    report there survives, and no temporary file is left."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise results.ResultsError(f"-o {out_dir}: is a file, not a directory")
+    existed = os.path.isdir(out_dir)
+    if existed:
+        staging = tempfile.mkdtemp(prefix=".ddpbench-report-", dir=out_dir)
+    else:
+        parent = os.path.dirname(os.path.abspath(out_dir))
+        os.makedirs(parent, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.tmp-", dir=parent)
+    try:
+        index, charts = _draw(paths, staging)
+        if existed:
+            # Renames within one directory need no space: once here, the new report is complete.
+            written = set(charts) | {index}
+            for name in charts + [index]:
+                os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+            os.rmdir(staging)
+            for name in os.listdir(out_dir):
+                if _is_report_file(name) and name not in written:
+                    os.unlink(os.path.join(out_dir, name))
+        else:
+            os.chmod(staging, 0o777 & ~_umask())  # mkdtemp's 0700 is for the staging only
+            os.rename(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return os.path.join(out_dir, index), [os.path.join(out_dir, c) for c in charts]
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def main(argv=None):

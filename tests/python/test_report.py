@@ -232,3 +232,47 @@ def test_memory_against_throughput_has_one_point_per_case_at_its_fullest_device_
         report.measured(report.collect_cases(docs[1:])))
     path = report.chart_memory_vs_throughput(cases, str(tmp_path))
     assert open(path, "rb").read().startswith(PNG_MAGIC)
+
+
+def _report_under_file_size_limit(results_files, out, blocks=40):
+    """ddpbench-report in a child shell whose file-size limit (dash: 512-byte blocks) is below a chart's
+    size: every write past it fails with EFBIG (Python ignores SIGXFSZ), as on a full disk."""
+    command = "ulimit -f %d; exec \"$0\" \"$@\"" % blocks
+    return subprocess.run(["/bin/sh", "-c", command, SCRIPT, *map(str, results_files), "-o", str(out)],
+                          capture_output=True, text=True)
+
+
+def _files(directory):
+    return {p.name: p.read_bytes() for p in directory.iterdir()}
+
+
+def test_a_failed_write_leaves_no_report_and_no_temporary_file(tmp_path):
+    out = tmp_path / "report"
+    r = _report_under_file_size_limit([WORLD2, WORLD3], out)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"-o {out}: File too large" in r.stderr
+    assert sorted(os.listdir(tmp_path)) == [], "a failed report left something behind"
+
+
+def test_a_failed_write_over_an_earlier_report_leaves_it_whole(tmp_path):
+    out = tmp_path / "report"
+    assert subprocess.run([SCRIPT, WORLD2, WORLD3, "-o", str(out)], capture_output=True).returncode == 0
+    earlier = _files(out)
+    r = _report_under_file_size_limit([WORLD2], out)
+    assert r.returncode == 2 and "File too large" in r.stderr, r.stderr
+    assert _files(out) == earlier, "the earlier report was torn"
+    assert sorted(os.listdir(tmp_path)) == ["report"]
+
+
+def test_a_new_report_replaces_the_earlier_ones_files_and_keeps_others(tmp_path):
+    out = tmp_path / "report"
+    assert subprocess.run([SCRIPT, WORLD2, WORLD3, "-o", str(out)], capture_output=True).returncode == 0
+    assert (out / "scaling.png").exists()
+    (out / "notes.txt").write_text("mine")
+    r = subprocess.run([SCRIPT, WORLD2, "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # One world size: no scaling chart this time, so the earlier one goes with the earlier page.
+    assert not (out / "scaling.png").exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    assert "mlp/dp-loss-in-model/world:3" not in (out / "index.html").read_text()
+    assert not [n for n in os.listdir(out) if n.startswith(".")], "the staging directory was left"
