@@ -59,6 +59,11 @@ def build_parser():
     return p
 
 
+def _first_line(error):
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else ""
+
+
 def load_factory(spec, kwargs_text):
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -74,11 +79,17 @@ def load_factory(spec, kwargs_text):
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise UsageError(f"MODULE:CALLABLE: cannot import {module_name}: {e}") from None
+    except SystemExit as e:
+        raise UsageError(f"MODULE:CALLABLE: importing {module_name} called sys.exit({e.code!r})") from None
+    except Exception as e:  # the user's module: a SyntaxError or whatever it raises, in one line
+        raise UsageError(f"MODULE:CALLABLE: importing {module_name} failed: {type(e).__name__}: {_first_line(e)}") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise UsageError(f"MODULE:CALLABLE: {module_name} has no callable {attr}")
     try:
         model = factory(**kwargs)
+    except SystemExit as e:
+        raise UsageError(f"MODULE:CALLABLE: {spec}(**{kwargs_text}) called sys.exit({e.code!r})") from None
     except Exception as e:  # the user's code: any failure is theirs to see, in one line
         raise UsageError(f"MODULE:CALLABLE: {spec}(**{kwargs_text}) failed: {type(e).__name__}: {e}") from None
     import torch
@@ -121,6 +132,52 @@ def count_flops(model, batch, args):
         output.float().sum().backward()
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops() / batch.shape[0], None
+
+
+def serialize(scripted):
+    """The TorchScript file's bytes, in memory: torch's own file writer aborts the process on a write
+    error (a full disk, a file-size limit), so the bytes are written by Python, which raises."""
+    import io
+    import torch
+    buffer = io.BytesIO()
+    torch.jit.save(scripted, buffer)
+    return buffer.getvalue()
+
+
+def write_both(model_path, sidecar_path, model_bytes, sidecar):
+    """Writes the model and its sidecar both or neither: each to a temporary file beside its target,
+    and only once both are whole are they renamed over their targets. On a failure nothing is left
+    and the earlier files, if any, are as they were."""
+    for flag_path in (model_path, sidecar_path):
+        if os.path.isdir(flag_path):
+            raise UsageError(f"-o: {flag_path} is a directory")
+    directory = os.path.dirname(os.path.abspath(model_path))
+    temporaries = []
+    try:
+        for data in (model_bytes, (json.dumps(sidecar, indent=2) + "\n").encode("utf-8")):
+            fd, path = tempfile.mkstemp(dir=directory, prefix=".ddpbench-export-")
+            temporaries.append(path)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        # mkstemp makes files only their owner can read: give them the mode a new file would have.
+        umask = os.umask(0)
+        os.umask(umask)
+        for path in temporaries:
+            os.chmod(path, 0o666 & ~umask)
+        os.replace(temporaries[0], model_path)
+        temporaries.pop(0)
+        os.replace(temporaries[0], sidecar_path)
+        temporaries.pop(0)
+    except OSError as e:
+        raise UsageError(f"-o: cannot write {model_path}: {e.strerror or e}") from None
+    finally:
+        for path in temporaries:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def export(args):
@@ -191,31 +248,8 @@ def export(args):
         if value is not None:
             sidecar[key] = value
 
-    # Both files appear whole or not at all: each is written beside its target and renamed over it.
     sidecar_path = out[:-3] + ".json"
-    written = []
-    try:
-        fd, tmp_model = tempfile.mkstemp(dir=directory, prefix=".ddpbench-export-", suffix=".pt")
-        os.close(fd)
-        written.append(tmp_model)
-        scripted.save(tmp_model)
-        fd, tmp_sidecar = tempfile.mkstemp(dir=directory, prefix=".ddpbench-export-", suffix=".json")
-        written.append(tmp_sidecar)
-        with os.fdopen(fd, "w") as f:
-            json.dump(sidecar, f, indent=2)
-            f.write("\n")
-        # mkstemp makes files only their owner can read: give them the mode a new file would have.
-        umask = os.umask(0)
-        os.umask(umask)
-        for path in written:
-            os.chmod(path, 0o666 & ~umask)
-        os.replace(tmp_model, out)
-        os.replace(tmp_sidecar, sidecar_path)
-    except OSError as e:
-        for path in written:
-            if os.path.exists(path):
-                os.unlink(path)
-        raise UsageError(f"-o: cannot write {out}: {e.strerror}") from None
+    write_both(out, sidecar_path, serialize(scripted), sidecar)
     parameters = sum(p.numel() for p in model.parameters())
     how = "scripted" if method == "script" else "traced"
     print(f"ddpbench-export: {out} ({how}, {parameters:,} parameters) and {sidecar_path}")
@@ -236,4 +270,8 @@ def main(argv=None):
         return export(args)
     except UsageError as e:
         print(f"ddpbench-export: error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # the model's own code (its forward, its scripting) called sys.exit
+        print(f"ddpbench-export: error: MODULE:CALLABLE: the model's code called sys.exit({e.code!r}); "
+              "nothing was written", file=sys.stderr)
         return 2

@@ -103,3 +103,51 @@ def test_output_paths_are_checked_before_anything_is_written(tmp_path):
     r = export(tmp_path, "factories:tiny_mlp", "--input", "float:16", "--classes", "4", "-o", str(tmp_path / "no" / "m.pt"))
     assert r.returncode == 2 and "mkdir -p" in r.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("module, expected", [
+    ("raise RuntimeError('no GPU here\\nsecond line')\n", "importing broken failed: RuntimeError: no GPU here"),
+    ("def f(:\n", "importing broken failed: SyntaxError: invalid syntax"),
+    ("import sys\nsys.exit(0)\n", "importing broken called sys.exit(0)"),
+    ("import sys\ndef f():\n    sys.exit(0)\n", "broken:f(**{}) called sys.exit(0)"),
+    ("import torch, sys\nclass M(torch.nn.Module):\n    def forward(self, x):\n        sys.exit(3)\n"
+     "def f():\n    return M()\n", "the model's code called sys.exit(3)"),
+])
+def test_a_factory_module_that_raises_or_exits_is_one_line_exit_2(tmp_path, module, expected):
+    (tmp_path / "broken.py").write_text(module)
+    r = export(tmp_path, "broken:f", "--input", "float:16", "--classes", "4", "-o", str(tmp_path / "m.pt"))
+    assert r.returncode == 2, r.stderr + r.stdout
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert expected in r.stderr
+    assert not [p for p in os.listdir(tmp_path) if p.endswith((".pt", ".json")) or p.startswith(".")]
+
+
+def _earlier_export(tmp_path):
+    r = export(tmp_path, "factories:tiny_mlp", "--input", "float:16", "--classes", "4", "-o", str(tmp_path / "m.pt"))
+    assert r.returncode == 0, r.stderr
+    return {name: (tmp_path / name).read_bytes() for name in ("m.pt", "m.json")}
+
+
+def test_a_failed_write_keeps_the_earlier_model_and_sidecar_and_leaves_no_temporary(tmp_path):
+    earlier = _earlier_export(tmp_path)
+    # A file-size limit (dash: 512-byte blocks) below the model file's size: writes fail with EFBIG,
+    # as on a full disk (Python ignores SIGXFSZ; torch's own file writer would abort the process).
+    env = dict(os.environ, PYTHONPATH=FACTORIES)
+    r = subprocess.run(["/bin/sh", "-c", 'ulimit -f 4; exec "$0" "$@"', sys.executable, SCRIPT, "factories:tiny_mlp",
+                        "--input", "float:16", "--classes", "4", "--batch", "16", "-o", str(tmp_path / "m.pt")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "-o: cannot write" in r.stderr and "File too large" in r.stderr, r.stderr
+    assert {name: (tmp_path / name).read_bytes() for name in ("m.pt", "m.json")} == earlier
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".ddpbench-export-")]
+
+
+def test_a_sidecar_that_cannot_be_written_leaves_the_earlier_model(tmp_path):
+    earlier = _earlier_export(tmp_path)
+    (tmp_path / "m.json").unlink()
+    (tmp_path / "m.json").mkdir()
+    r = export(tmp_path, "factories:tiny_mlp", "--input", "float:16", "--classes", "4", "--batch", "16",
+               "-o", str(tmp_path / "m.pt"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "m.json is a directory" in r.stderr, r.stderr
+    assert (tmp_path / "m.pt").read_bytes() == earlier["m.pt"]
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".ddpbench-export-")]
