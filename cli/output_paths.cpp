@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,10 +60,13 @@ void make_output_directory(const std::string& flag, const std::string& dir) {
 }
 
 std::string OutputClaims::identity(const std::string& path) {
-  char resolved[PATH_MAX];
-  if (::realpath(directory_of(path).c_str(), resolved) == nullptr) return {};
-  const std::string canonical = resolved;
-  return (canonical == "/" ? "" : canonical) + "/" + base_of(path);
+  // The directory by device and inode, not by name: a bind mount or a symbolic link is one
+  // directory under two names, and a directory deeper than PATH_MAX has no canonical name at all
+  // (realpath fails there) while stat() of a relative path into it works.
+  struct stat st{};
+  if (::stat(directory_of(path).c_str(), &st) != 0) return {};
+  return std::to_string(static_cast<unsigned long long>(st.st_dev)) + ":" +
+         std::to_string(static_cast<unsigned long long>(st.st_ino)) + "/" + base_of(path);
 }
 
 OutputClaims::~OutputClaims() {
@@ -85,6 +87,9 @@ void OutputClaims::claim(const std::string& flag, const std::string& path) {
     }
   }
   check_writable_output(flag, path);
+  if (id.empty()) {  // its directory was there a moment ago: what it was cannot be told
+    throw UsageError(flag + ": cannot look up the directory of '" + path + "'");
+  }
   Claim c{flag, path, id, -1};
   for (const auto& earlier : claims_) {
     if (earlier.identity == c.identity) {

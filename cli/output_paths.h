@@ -26,9 +26,9 @@ class OutputClaims {
   // claiming it as an output afterwards throws UsageError, so no run writes over its own inputs.
   void protect_input(const std::string& flag, const std::string& path);
 
-  // The file a path names for writing by rename: its directory's canonical path and its name
-  // (two names of one file through a symbolic link to its directory are the same output; two hard
-  // links are two names, each replaced on its own). Empty when the directory does not resolve.
+  // The file a path names for writing by rename: its directory's device and inode, and its name
+  // (one directory reached through a symbolic link or a bind mount gives the same output; two hard
+  // links are two names, each replaced on its own). Empty when the directory cannot be looked up.
   static std::string identity(const std::string& path);
 
  private:

@@ -1,11 +1,17 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -86,6 +92,76 @@ TEST(OutputClaims, AKilledHolderLeavesNoLock) {
   EXPECT_EQ(refusal(mine, "--json", path), "") << "a killed holder kept its lock";
   ::close(ready[0]);
   ::close(ready[1]);
+}
+
+TEST(OutputClaims, TwoFilesInADirectoryDeeperThanPathMaxAreTwoOutputs) {
+  // A canonical path longer than PATH_MAX cannot be had (realpath fails), so files there are
+  // told apart by their directory's device and inode, reached by a short relative path.
+  ScratchDir dir;
+  const int start = ::open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(start, 0);
+  ASSERT_EQ(::chdir(dir.path().c_str()), 0);
+  const std::string component(200, 'd');
+  int depth = 0;
+  for (; depth * (component.size() + 1) <= PATH_MAX + 200; ++depth) {
+    ASSERT_EQ(::mkdir(component.c_str(), 0755), 0);
+    ASSERT_EQ(::chdir(component.c_str()), 0);
+  }
+  char probe[PATH_MAX];
+  EXPECT_EQ(::realpath(".", probe), nullptr) << "not deeper than PATH_MAX";
+  {
+    OutputClaims claims;
+    EXPECT_EQ(refusal(claims, "--json", "a.json"), "");
+    EXPECT_EQ(refusal(claims, "--checkpoint", "b.pt"), "") << "two files of one deep directory are one output";
+    EXPECT_NE(refusal(claims, "--trace", "./a.json").find("--json writes too"), std::string::npos);
+  }
+  for (int i = 0; i < depth; ++i) {  // back out and remove it: too deep for a path-based removal
+    ASSERT_EQ(::chdir(".."), 0);
+    ASSERT_EQ(::rmdir(component.c_str()), 0);
+  }
+  ASSERT_EQ(::fchdir(start), 0);
+  ::close(start);
+}
+
+TEST(OutputClaims, OneDirectoryThroughABindMountIsOneOutput) {
+  // In a child with a private mount namespace (root only): DIR/bound is DIR/real bind-mounted. The
+  // same file under either name is one output of one run, and a second run may not write it.
+  ScratchDir dir;
+  ASSERT_EQ(::mkdir(dir.file("real").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(dir.file("bound").c_str(), 0755), 0);
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::string out;
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount(dir.file("real").c_str(), dir.file("bound").c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      out = std::string("skip: no private mount namespace here: ") + std::strerror(errno);
+    } else {
+      OutputClaims claims;
+      out = refusal(claims, "--json", dir.file("real/r.json"));
+      out += "|" + refusal(claims, "--checkpoint", dir.file("bound/r.json"));
+      OutputClaims other_run;
+      out += "|" + refusal(other_run, "--json", dir.file("bound/r.json"));
+      ::umount(dir.file("bound").c_str());
+    }
+    (void)!::write(report[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(report[1]);
+  std::string out;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(report[0], buffer, sizeof(buffer))) > 0;) out.append(buffer, static_cast<size_t>(n));
+  ::close(report[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (out.rfind("skip:", 0) == 0) GTEST_SKIP() << out;
+  const auto first = out.find('|'), second = out.find('|', first + 1);
+  ASSERT_NE(second, std::string::npos) << out;
+  EXPECT_EQ(out.substr(0, first), "");
+  EXPECT_NE(out.substr(first + 1, second - first - 1).find("--json writes too"), std::string::npos) << out;
+  EXPECT_NE(out.substr(second + 1).find("another ddpbench run"), std::string::npos) << out;
 }
 
 // ---- end to end: the ddpbench executable refuses what it cannot write -----------------------
