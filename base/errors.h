@@ -18,7 +18,7 @@ class CaseFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The run was asked to stop (SIGINT/SIGTERM); what was measured is kept.
+// The run was asked to stop (SIGINT/SIGTERM/SIGHUP); what was measured is kept.
 class RunInterrupted : public std::runtime_error {
  public:
   RunInterrupted() : std::runtime_error("interrupted") {}

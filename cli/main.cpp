@@ -2,7 +2,7 @@
 //   0  every case ran or was skipped with a reason
 //   1  a case failed or ran out of memory, or an unexpected error
 //   2  bad input (flag, value, combination or path): one line on stderr, nothing written
-//   130 interrupted (SIGINT/SIGTERM): measured repetitions are kept in the JSON
+//   130 interrupted (SIGINT/SIGTERM/SIGHUP): measured repetitions are kept in the JSON
 #include <sched.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -38,6 +38,12 @@ namespace {
 void on_stop_signal(int signal) {
   ddpbench::request_stop();
   std::signal(signal, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+// The signals that ask a run to stop and keep what it measured: Ctrl-C, kill, and a closed
+// terminal or ssh session (SIGHUP, whose default would end the process and lose the run).
+void on_stop_signals(void (*handler)(int)) {
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, handler);
 }
 
 // The one line for a --json the run could not write; the table above it holds what was measured.
@@ -190,8 +196,7 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
     }
   }
   if (task_text == nullptr) {  // ddpbench's own launcher ends its ranks itself
-    std::signal(SIGINT, on_signal_while_joining);
-    std::signal(SIGTERM, on_signal_while_joining);
+    on_stop_signals(on_signal_while_joining);
   }
   group = ProcessGroupContext::join(env, devices.kind(), timeout);
   RunnerOptions options = cmd.runner;
@@ -250,8 +255,7 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
     std::fprintf(stderr, "ddpbench: error: rank %d: no step finished within --timeout\n", env.rank);
     std::_Exit(1);
   });
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  on_stop_signals(on_stop_signal);
   const RunRecord record = runner.run();
   if (json && json->failure()) return json_write_failed(*json);
   if (env.rank == 0 && cmd.json_path) std::cout << "results: " << *cmd.json_path << '\n';
@@ -354,8 +358,7 @@ int run(const std::vector<std::string>& args) {
     std::fflush(stdout);
     std::_Exit(1);
   });
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  on_stop_signals(on_stop_signal);
   const RunRecord record = runner.run();
   if (json && json->failure()) return json_write_failed(*json);
   if (cmd.json_path) std::cout << "results: " << *cmd.json_path << '\n';

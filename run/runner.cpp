@@ -155,8 +155,22 @@ std::string Runner::run_rank_task(const RankTask& task) {
   throw UsageError("DDPBENCH_RANK_TASK: no case named " + task.case_name + " in this run");
 }
 
-void Runner::notify_update() {
+void Runner::notify_final_update() {
   for (auto* sink : sinks_) sink->on_update(record_);
+}
+
+// A file written while the run goes on says what the run would say if it ended at that moment: a
+// case with nothing measured yet is not_run, the run is not complete, and its interruption says
+// so. A run killed outright (SIGKILL, SIGBUS, a lost machine) leaves that file as its last word,
+// never a case marked ok with nothing behind it.
+void Runner::notify_live_update() {
+  if (sinks_.empty()) return;
+  RunRecord live = record_;
+  live.complete = false;
+  live.interruption = "the run had not finished when this file was written (still running, or killed); "
+                      "measured repetitions are kept";
+  mark_not_reached(live.cases, "the run had not reached it when this file was written");
+  for (auto* sink : sinks_) sink->on_update(live);
 }
 
 void Runner::on_step_activity() {
@@ -189,7 +203,7 @@ void Runner::handle_hang() {
     record_.interruption = "stopped by the --timeout watchdog; measured repetitions are kept";
     mark_not_reached(record_.cases, "the --timeout watchdog stopped the run first");
     record_.complete = false;
-    notify_update();
+    notify_final_update();
     for (auto* sink : sinks_) sink->on_finish(record_);
   }
   if (on_hang_) on_hang_(record_);
@@ -204,7 +218,7 @@ RunRecord Runner::run() {
     record_.complete = false;
     // What a live file says of the cases still to come; each becomes ok when its turn comes.
     mark_not_reached(record_.cases, "the run ended before this case's turn");
-    notify_update();
+    notify_live_update();
   }
   std::optional<StepWatchdog> watchdog;
   if (on_hang_) {
@@ -230,7 +244,7 @@ RunRecord Runner::run() {
       }
       std::lock_guard<std::timed_mutex> lock(record_mutex_);
       record_.cases[i] = updated;
-      notify_update();
+      notify_live_update();
     }
     // Rounds of one repetition per case still going, interleaved so that the machine's drift
     // falls on every case alike.
@@ -264,7 +278,7 @@ RunRecord Runner::run() {
           c.status = failed.status;
           c.reason = failed.reason;
         }
-        notify_update();
+        notify_live_update();
       }
       if (!ran) break;
     }
@@ -278,7 +292,7 @@ RunRecord Runner::run() {
   std::lock_guard<std::timed_mutex> lock(record_mutex_);
   set_comparative_figures(record_);
   record_.complete = record_.interruption.empty();
-  notify_update();
+  notify_final_update();
   for (auto* sink : sinks_) sink->on_finish(record_);
   return record_;
 }

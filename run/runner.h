@@ -59,7 +59,8 @@ class Runner final : private StepListener {
   // Multi-process cases outside a rank process run on the launcher's ranks.
   bool delegated(const CaseSpec& spec) const;
   RankTaskOutput run_on_ranks(const RankTask& task);
-  void notify_update();
+  void notify_live_update();   // while the run goes on (see runner.cpp)
+  void notify_final_update();  // the record as the run ends
   void handle_hang();
 
   // StepListener

@@ -1,5 +1,5 @@
 #pragma once
-// A run asked to stop (SIGINT, SIGTERM) ends at the next step boundary, keeping what it measured.
+// A run asked to stop (SIGINT, SIGTERM, SIGHUP) ends at the next step boundary, keeping what it measured.
 // The signal handler sets the flag; every pass over a case checks it between steps.
 #include <string>
 

@@ -123,7 +123,7 @@ struct StrategySetup {
   double timeout_seconds = 300;  // --timeout: how long a strategy's own workers may take to answer
   // --dtype: forward passes run in an AutocastScope, optimizers step through a LossScaler.
   Precision precision = Precision::Fp32;
-  // True once the run is asked to stop (SIGINT, SIGTERM): a strategy that waits on its own
+  // True once the run is asked to stop (SIGINT, SIGTERM, SIGHUP): a strategy that waits on its own
   // workers checks it while waiting and throws RunInterrupted, so no wait outlasts a signal.
   std::function<bool()> stop_requested = [] { return false; };
 };

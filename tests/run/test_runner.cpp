@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,7 +23,9 @@ using testing::read_text;
 using testing::run_process;
 using testing::ScratchDir;
 using testing::tiny_run;
+using testing::ddpbench_args;
 using testing::start_long_run;
+using testing::start_process;
 
 TEST(Runner, MaxCvMarksNoisyCasesInTableAndJson) {
   // Real timings always vary a little: with --max-cv 0 every case is noisy, with 10 (1000%) none is.
@@ -118,13 +121,62 @@ TEST(Runner, SignalsDuringTheParityCheckEndTheRunWithinTwoSeconds) {
 }
 
 TEST(Runner, SignalsDuringMeasurementEndTheRunWithinTwoSeconds) {
+  // SIGHUP too: a closed terminal or ssh session stops the run as Ctrl-C does, keeping what it measured.
+  for (int signal : {SIGTERM, SIGHUP}) {
+    SCOPED_TRACE(strsignal(signal));
+    ScratchDir dir;
+    const auto path = dir.file("r.json");
+    const auto r = run_process(tiny_run(path, {"--strategy", "single,dp", "--steps", "1000000", "--parity-steps", "0"}),
+                               /*kill_after_ms=*/2000, {}, signal);
+    EXPECT_EQ(r.exit_code, 130) << r.err;
+    EXPECT_LT(r.seconds_after_signal, 2.0);
+    const json doc = json::parse(read_text(path));
+    EXPECT_FALSE(doc["context"]["ddpbench"]["complete"].get<bool>());
+    EXPECT_EQ(doc["context"]["ddpbench"]["interruption"], "interrupted by a signal; measured repetitions are kept");
+  }
+}
+
+// A run killed outright (SIGKILL here; SIGBUS or a lost machine alike) cannot write a last file: the
+// one it wrote last must already say that the run had not finished, and call no case ok that has
+// nothing measured behind it.
+TEST(Runner, TheFileOfAKilledRunSaysItDidNotFinishAndNoUnmeasuredCaseIsOk) {
   ScratchDir dir;
   const auto path = dir.file("r.json");
-  const auto r = run_process(tiny_run(path, {"--strategy", "single,dp", "--steps", "1000000", "--parity-steps", "0"}),
-                             /*kill_after_ms=*/2000, {}, SIGTERM);
-  EXPECT_EQ(r.exit_code, 130) << r.err;
-  EXPECT_LT(r.seconds_after_signal, 2.0);
-  EXPECT_FALSE(json::parse(read_text(path))["context"]["ddpbench"]["complete"].get<bool>());
+  const pid_t pid = start_process(ddpbench_args({"--device", "cpu", "--threads", "1", "--strategy", "single,dp",
+                                                 "--world-size", "2", "--workload", "mlp", "--steps", "20",
+                                                 "--repetitions", "100", "--batch", "16", "--json", path}));
+  auto measured_entries = [](const json& doc) {
+    int n = 0;
+    for (const auto& b : doc["benchmarks"]) n += b["run_type"] == "iteration" && !b.contains("error_occurred");
+    return n;
+  };
+  for (int i = 0; i < 1500; ++i) {  // until the first repetition is in the file (written whole, by rename)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (path_exists(path) && measured_entries(json::parse(read_text(path))) > 0) break;
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  const json doc = json::parse(read_text(path));
+  const auto& run = doc["context"]["ddpbench"];
+  EXPECT_FALSE(run["complete"].get<bool>());
+  ASSERT_TRUE(run.contains("interruption"));
+  EXPECT_NE(run["interruption"].get<std::string>().find("had not finished"), std::string::npos) << run["interruption"];
+  std::map<std::string, int> measured;
+  std::map<std::string, std::string> status;
+  for (const auto& b : doc["benchmarks"]) {
+    const std::string name = b["run_name"];
+    measured[name] += b["run_type"] == "iteration" && !b.contains("error_occurred");
+    status[name] = b["ddpbench"]["status"];
+  }
+  ASSERT_EQ(status.size(), 2u);
+  EXPECT_GE(measured["mlp/single/world:1"], 1) << "the measured repetition is lost";
+  for (const auto& [name, s] : status) {
+    if (s == "ok") {
+      EXPECT_GE(measured[name], 1) << name << " says ok with nothing measured";
+    } else {
+      EXPECT_EQ(s, "not_run") << name;
+    }
+  }
 }
 
 TEST(Runner, InterruptKeepsMeasuredRepetitions) {
