@@ -40,6 +40,14 @@ SharedMemoryRegion SharedMemoryRegion::create(std::size_t bytes, const std::stri
     ::close(fd);
     throw error;
   }
+  // ftruncate only sets the size: a page the file system (tmpfs, /dev/shm) cannot back would be
+  // found at the first write into it, as SIGBUS in whichever process touched it. Allocating every
+  // page now turns a /dev/shm too small (a container's 64 MiB) into an error here, with its size.
+  if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {
+    ::close(fd);
+    throw std::runtime_error("shared memory: /dev/shm cannot hold " + std::to_string(bytes) + " bytes (" +
+                             std::strerror(rc) + "); give it more room (a container's --shm-size)");
+  }
   return SharedMemoryRegion(fd, map(fd, bytes), bytes);
 }
 

@@ -194,7 +194,11 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
   const BatchSlot inputs = batch_slot(sample.inputs, config_.global_batch, offset);
   const BatchSlot targets = batch_slot(sample.targets, config_.global_batch, offset);
 
-  region_ = SharedMemoryRegion::create(offset, "ddpbench-hogwild");
+  try {
+    region_ = SharedMemoryRegion::create(offset, "ddpbench-hogwild");
+  } catch (const std::runtime_error& e) {
+    throw CaseFailure(std::string("hogwild processes mode: ") + e.what() + "; --hogwild-mode threads needs none");
+  }
   control_ = new (region_.data()) ControlBlock{};
   control_->magic = kMagic;
   control_->updates.store(0);

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <map>
 #include <set>
@@ -359,6 +360,32 @@ TEST(HogwildProcessesRun, KilledWorkerFailsTheRunNamesItAndLeavesNothingBehind) 
   const json doc = json::parse(read_text(dir.file("r.json")));
   EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "ok");
   EXPECT_EQ((*find_case(doc, "mlp/hogwild/world:2"))["ddpbench"]["status"], "failed");
+}
+
+// A /dev/shm too small for the shared parameters (a container's is 64 MiB by default): one line
+// naming it, the case failed and the run's other cases kept, never a worker or parent killed by
+// SIGBUS at its first write into a page tmpfs could not back. The small /dev/shm is a 1 MiB tmpfs
+// in a private mount namespace (unshare(1)), so the test needs root.
+TEST(HogwildProcessesRun, ASmallDevShmIsOneLineAndAFailedCaseNotSigbus) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a small /dev/shm in a private mount namespace needs root";
+  if (::access("/usr/bin/unshare", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/unshare (util-linux)";
+  ScratchDir dir;
+  std::vector<std::string> args = {"/usr/bin/unshare", "--mount", "/bin/sh", "-c",
+                                   "mount -t tmpfs -o size=1m tmpfs /dev/shm || exit 99; exec \"$@\"", "sh"};
+  const auto run = hogwild_run(dir.file("r.json"), {"--strategy", "single,hogwild", "--hogwild-mode", "processes"});
+  args.insert(args.end(), run.begin(), run.end());
+  const auto r = run_process(args);
+  if (r.exit_code == 99 || (r.exit_code != 0 && r.err.find("unshare:") != std::string::npos)) {
+    GTEST_SKIP() << "no private mount namespace with a tmpfs here: " << r.err;
+  }
+  EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal << ": " << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("/dev/shm cannot hold"), std::string::npos) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "ok");
+  const auto& hogwild = (*find_case(doc, "mlp/hogwild/world:2"))["ddpbench"];
+  EXPECT_EQ(hogwild["status"], "failed");
+  EXPECT_NE(hogwild["reason"].get<std::string>().find("--shm-size"), std::string::npos) << hogwild["reason"];
 }
 
 // Whether every process carrying `marker` is gone within 5 s. A run that ends at once (_Exit on a
