@@ -1,5 +1,7 @@
 #include "base/watchdog.h"
 
+#include <algorithm>
+
 namespace ddpbench {
 
 StepWatchdog::StepWatchdog(std::chrono::duration<double> timeout, std::function<void()> on_expiry)
@@ -14,6 +16,15 @@ StepWatchdog::~StepWatchdog() {
   }
   cv_.notify_all();
   thread_.join();
+}
+
+void StepWatchdog::watch_stop(std::function<bool()> stop_requested, std::chrono::duration<double> grace,
+                              std::function<void()> on_stuck_stop) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stop_requested_ = std::move(stop_requested);
+  stop_grace_ = std::chrono::duration_cast<std::chrono::steady_clock::duration>(grace);
+  on_stuck_stop_ = std::move(on_stuck_stop);
+  cv_.notify_all();
 }
 
 void StepWatchdog::arm() {
@@ -45,14 +56,30 @@ void StepWatchdog::loop() {
       cv_.wait(lock, [&] { return stopping_ || armed_; });
       continue;
     }
+    const auto now = std::chrono::steady_clock::now();
+    if (stop_requested_ && !stop_seen_ && stop_requested_()) stop_seen_ = now;
+    if (stop_seen_ && now >= *stop_seen_ + stop_grace_) {
+      expired_ = true;
+      lock.unlock();
+      on_stuck_stop_();
+      return;
+    }
     const auto deadline = last_kick_ + timeout_;
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (now >= deadline) {
       expired_ = true;
       lock.unlock();
       on_expiry_();
       return;
     }
-    cv_.wait_until(lock, deadline);  // a kick moves the deadline; re-check on wake
+    // A kick moves the deadline; re-check on wake. A stop request is a flag set by a signal
+    // handler, which cannot notify: it is polled.
+    auto wake = deadline;
+    if (stop_seen_) {
+      wake = std::min(wake, *stop_seen_ + stop_grace_);
+    } else if (stop_requested_) {
+      wake = std::min(wake, now + std::chrono::milliseconds(50));
+    }
+    cv_.wait_until(lock, wake);
   }
 }
 

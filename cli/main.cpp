@@ -255,6 +255,10 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
     std::fprintf(stderr, "ddpbench: error: rank %d: no step finished within --timeout\n", env.rank);
     std::_Exit(1);
   });
+  runner.set_stuck_stop_handler([](const RunRecord&) {
+    std::fflush(stdout);
+    std::_Exit(130);
+  });
   on_stop_signals(on_stop_signal);
   const RunRecord record = runner.run();
   if (json && json->failure()) return json_write_failed(*json);
@@ -351,12 +355,20 @@ int run(const std::vector<std::string>& args) {
   runner.set_hang_handler([&](const RunRecord& record) {
     std::string what = record.interruption;
     for (const auto& c : record.cases) {
-      if (c.status == CaseStatus::Failed && c.reason.rfind("timed out", 0) == 0) what = c.spec.name() + ": " + c.reason;
+      if ((c.status == CaseStatus::Failed || c.status == CaseStatus::Oom) && c.reason.rfind("timed out", 0) == 0) {
+        what = c.spec.name() + (c.status == CaseStatus::Oom ? " oom: " : ": ") + c.reason;
+      }
     }
     std::fprintf(stderr, "ddpbench: error: %s%s\n", what.c_str(),
                  cmd.json_path ? ("; results so far in " + *cmd.json_path).c_str() : "");
     std::fflush(stdout);
     std::_Exit(1);
+  });
+  // A stop the step in progress cannot reach (stuck in a library): the table and the JSON hold what
+  // was measured, and the process ends as the stop would have ended it.
+  runner.set_stuck_stop_handler([&](const RunRecord&) {
+    std::fflush(stdout);
+    std::_Exit(json && json->failure() ? json_write_failed(*json) : 130);
   });
   on_stop_signals(on_stop_signal);
   const RunRecord record = runner.run();

@@ -1,5 +1,7 @@
 #include "devices/memory_probe.h"
 
+#include <sys/resource.h>
+
 #include <fstream>
 #include <string>
 #include <unordered_set>
@@ -90,6 +92,19 @@ std::optional<std::int64_t> MemoryProbe::process_peak_rss_bytes() {
   std::string line;
   while (std::getline(status, line)) {
     if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // reported in kB
+  }
+  return std::nullopt;
+}
+
+std::optional<MemoryProbe::AddressSpace> MemoryProbe::address_space() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmSize:", 0) == 0) {
+      return AddressSpace{std::stoll(line.substr(7)) * 1024, static_cast<std::int64_t>(limit.rlim_cur)};
+    }
   }
   return std::nullopt;
 }

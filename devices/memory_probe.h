@@ -55,6 +55,13 @@ class MemoryProbe {
   void add_held_bytes(std::vector<DeviceMemory>& memory, const HeldTensors& held) const;
   // Peak resident set of this process since the last reset (VmHWM), if the kernel reports it.
   static std::optional<std::int64_t> process_peak_rss_bytes();
+  // This process's mapped address space (VmSize) against its address-space limit (ulimit -v,
+  // RLIMIT_AS): none when there is no limit or the kernel does not say.
+  struct AddressSpace {
+    std::int64_t mapped_bytes = 0;
+    std::int64_t limit_bytes = 0;
+  };
+  static std::optional<AddressSpace> address_space();
 
  private:
   const DeviceSet& devices_;

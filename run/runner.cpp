@@ -9,6 +9,7 @@
 #include "base/errors.h"
 #include "base/watchdog.h"
 #include "devices/counting_allocator.h"
+#include "devices/memory_probe.h"
 #include "distributed/process_group.h"
 #include "distributed/rank_launcher.h"
 #include "records/record_codec.h"
@@ -189,15 +190,26 @@ void Runner::on_progress(const std::string& case_name, const std::string& what, 
 void Runner::handle_hang() {
   std::ostringstream seconds;
   seconds << options_.timeout_seconds;
-  const std::string reason = "timed out: no step finished within " + seconds.str() + " s (--timeout)";
+  std::string reason = "timed out: no step finished within " + seconds.str() + " s (--timeout)";
+  CaseStatus status = CaseStatus::Failed;
+  // Near its address-space limit, a step that stops making progress has most likely had an
+  // allocation fail inside a library that retries it forever (OpenBLAS's buffers): out of memory,
+  // said with the figures, rather than a hang nobody can explain.
+  if (const auto space = MemoryProbe::address_space(); space && space->mapped_bytes * 5 >= space->limit_bytes * 4) {
+    status = CaseStatus::Oom;
+    reason += " at the address-space limit: the process maps " + std::to_string(space->mapped_bytes >> 20) + " MiB of the " +
+              std::to_string(space->limit_bytes >> 20) + " MiB that ulimit -v allows, so an allocation failed where a " +
+              "library retries it (OpenBLAS does); raise or lift ulimit -v";
+  }
   // The main thread is stuck inside a step and holds no lock; if it does hold it, it is not stuck
   // in a step, and the last complete JSON stays as it is.
   std::unique_lock<std::timed_mutex> lock(record_mutex_, std::chrono::seconds(2));
+  if (lock.owns_lock() && finished_) return;  // the run reached its end on its own
   if (lock.owns_lock()) {
     const int current = current_case_.load();
     if (current >= 0) {
       auto& c = record_.cases[static_cast<size_t>(current)];
-      c.status = CaseStatus::Failed;
+      c.status = status;
       c.reason = reason;
     }
     record_.interruption = "stopped by the --timeout watchdog; measured repetitions are kept";
@@ -207,6 +219,23 @@ void Runner::handle_hang() {
     for (auto* sink : sinks_) sink->on_finish(record_);
   }
   if (on_hang_) on_hang_(record_);
+}
+
+// A stop asked for (a signal, a --json that cannot be written) that the step in progress has not
+// reached in this long: the step is stuck where it cannot see it, and the run ends here instead.
+// Under the 2 s promised for an interrupt, above the second the launcher gives its ranks to end.
+constexpr std::chrono::milliseconds kStopGrace{1500};
+
+void Runner::handle_stuck_stop() {
+  std::unique_lock<std::timed_mutex> lock(record_mutex_, std::chrono::seconds(2));
+  if (!lock.owns_lock() || finished_) return;  // the run reached its end on its own
+  record_.interruption = stop_reason() + "; the step in progress did not end within " +
+                         std::to_string(kStopGrace.count()) + " ms of it, so the run ended there; measured repetitions are kept";
+  mark_not_reached(record_.cases, "the run was interrupted first");
+  record_.complete = false;
+  notify_final_update();
+  for (auto* sink : sinks_) sink->on_finish(record_);
+  if (on_stuck_stop_) on_stuck_stop_(record_);
 }
 
 RunRecord Runner::run() {
@@ -223,9 +252,13 @@ RunRecord Runner::run() {
   std::optional<StepWatchdog> watchdog;
   if (on_hang_) {
     watchdog.emplace(std::chrono::duration<double>(options_.timeout_seconds), [this] { handle_hang(); });
+    if (on_stuck_stop_) {
+      watchdog->watch_stop([] { return stop_requested(); }, kStopGrace, [this] { handle_stuck_stop(); });
+    }
     watchdog_ = &*watchdog;
     watchdog->arm();
   }
+  bool interrupted = false;
 
   try {
     for (size_t i = 0; i < record_.cases.size(); ++i) {
@@ -283,13 +316,15 @@ RunRecord Runner::run() {
       if (!ran) break;
     }
   } catch (const StopRequested&) {
-    record_.interruption = stop_reason() + "; measured repetitions are kept";
+    interrupted = true;
   }
-  if (!record_.interruption.empty()) mark_not_reached(record_.cases, "the run was interrupted first");
   current_case_ = -1;
   if (watchdog) watchdog->disarm();
   watchdog_ = nullptr;
   std::lock_guard<std::timed_mutex> lock(record_mutex_);
+  finished_ = true;  // from here the watchdog's handlers leave the record to this thread
+  if (interrupted) record_.interruption = stop_reason() + "; measured repetitions are kept";
+  if (!record_.interruption.empty()) mark_not_reached(record_.cases, "the run was interrupted first");
   set_comparative_figures(record_);
   record_.complete = record_.interruption.empty();
   notify_final_update();

@@ -43,6 +43,10 @@ class Runner final : private StepListener {
   // Called (on the watchdog's thread) when no step finished within --timeout, after the current
   // case was marked failed and the sinks were given the record; main decides how to end.
   void set_hang_handler(std::function<void(const RunRecord&)> handler) { on_hang_ = std::move(handler); }
+  // Called (on the watchdog's thread, which runs only with a hang handler) when a stop was asked for
+  // and the step in progress did not reach its end within 1.5 s, after the sinks were given the
+  // record with the interruption; main decides how to end.
+  void set_stuck_stop_handler(std::function<void(const RunRecord&)> handler) { on_stuck_stop_ = std::move(handler); }
 
   // This process is one rank of a group (launched by ddpbench, torchrun or Slurm): multi-process
   // strategies run here as that rank, every other strategy is skipped with the reason.
@@ -62,6 +66,7 @@ class Runner final : private StepListener {
   void notify_live_update();   // while the run goes on (see runner.cpp)
   void notify_final_update();  // the record as the run ends
   void handle_hang();
+  void handle_stuck_stop();
 
   // StepListener
   void on_step_activity() override;  // the watchdog's clock restarts
@@ -79,6 +84,8 @@ class Runner final : private StepListener {
   std::timed_mutex record_mutex_;
   std::atomic<int> current_case_{-1};
   std::function<void(const RunRecord&)> on_hang_;
+  std::function<void(const RunRecord&)> on_stuck_stop_;
+  bool finished_ = false;  // under record_mutex_: the run's own end has the record
   StepWatchdog* watchdog_ = nullptr;
   ProcessGroupContext* group_ = nullptr;
   RankLauncher* launcher_ = nullptr;

@@ -46,5 +46,36 @@ TEST(StepWatchdog, UnarmedNeverFires) {
   EXPECT_EQ(fired, 0);
 }
 
+TEST(StepWatchdog, AStopNotReachedWithinItsGraceFiresTheStuckStopOnce) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> stuck{0}, hung{0};
+  StepWatchdog dog(10s, [&] { ++hung; });
+  dog.watch_stop([&] { return stop.load(); }, 200ms, [&] { ++stuck; });
+  dog.arm();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(stuck, 0) << "fired with no stop asked for";
+  const auto asked = std::chrono::steady_clock::now();
+  stop = true;
+  while (stuck == 0 && std::chrono::steady_clock::now() - asked < 5s) std::this_thread::sleep_for(5ms);
+  const auto waited = std::chrono::steady_clock::now() - asked;
+  EXPECT_EQ(stuck, 1);
+  EXPECT_GE(waited, 200ms);
+  EXPECT_LT(waited, 2s);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(stuck, 1);  // once
+  EXPECT_EQ(hung, 0);   // and the hang's handler not at all
+  EXPECT_TRUE(dog.expired());
+}
+
+TEST(StepWatchdog, AStopAskedForWhileDisarmedFiresNothing) {
+  std::atomic<int> stuck{0};
+  StepWatchdog dog(10s, [] {});
+  dog.watch_stop([] { return true; }, 50ms, [&] { ++stuck; });
+  dog.arm();
+  dog.disarm();  // the run ended (as a stopped run does, at its step boundary) before the grace ran out
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(stuck, 0);
+}
+
 }  // namespace
 }  // namespace ddpbench

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <map>
@@ -18,6 +19,7 @@ namespace ddpbench {
 namespace {
 
 using nlohmann::json;
+using testing::find_case;
 using testing::path_exists;
 using testing::read_text;
 using testing::run_process;
@@ -177,6 +179,43 @@ TEST(Runner, TheFileOfAKilledRunSaysItDidNotFinishAndNoUnmeasuredCaseIsOk) {
       EXPECT_EQ(s, "not_run") << name;
     }
   }
+}
+
+// DDPBENCH_FAULT_HANG's step never returns and never looks at the stop request, as a step stuck in
+// a library does (OpenBLAS retrying an allocation under ulimit -v): SIGINT still ends the run
+// within 2 s, exit 130, with what was measured in the JSON and the stuck case not_run.
+TEST(Runner, AStopTheStuckStepCannotReachEndsTheRunWithinTwoSeconds) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  const auto r = run_process(tiny_run(path, {"--strategy", "single,dp", "--timeout", "120"}),
+                             /*kill_after_ms=*/6000, {{"DDPBENCH_FAULT_HANG", "mlp/dp/world:2"}}, SIGINT);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_LT(r.seconds_after_signal, 2.0);
+  const json doc = json::parse(read_text(path));
+  EXPECT_FALSE(doc["context"]["ddpbench"]["complete"].get<bool>());
+  EXPECT_NE(doc["context"]["ddpbench"]["interruption"].get<std::string>().find("did not end within 1500 ms"),
+            std::string::npos) << doc["context"]["ddpbench"]["interruption"];
+  EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "ok");
+  EXPECT_EQ((*find_case(doc, "mlp/dp/world:2"))["ddpbench"]["status"], "not_run");
+  EXPECT_NE(r.out.find("mlp/single/world:1"), std::string::npos) << "no table: " << r.out;
+}
+
+// Under an address-space limit too small for LibTorch and its BLAS (ulimit -v, in a child shell),
+// the run ends within --timeout, the case is oom with the figures, and the line says so: not a
+// step that never ends, nor a hang nobody can explain.
+TEST(Runner, AnAddressSpaceLimitTooSmallIsOomWithItsFigures) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  std::vector<std::string> args = {"/bin/sh", "-c", "ulimit -v 1000000 && exec \"$@\"", "sh"};
+  const auto run = tiny_run(path, {"--strategy", "single", "--timeout", "5"});
+  args.insert(args.end(), run.begin(), run.end());
+  const auto r = run_process(args, /*kill_after_ms=*/60000);
+  ASSERT_EQ(r.signal, 0) << "still running after 60 s: " << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("oom"), std::string::npos) << r.err;
+  const json doc = json::parse(read_text(path));
+  EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "oom") << doc.dump(1);
 }
 
 TEST(Runner, InterruptKeepsMeasuredRepetitions) {
