@@ -198,7 +198,11 @@ int run_as_rank(const ddpbench::CommandLine& cmd, const ddpbench::RankEnv& env, 
   if (task_text == nullptr) {  // ddpbench's own launcher ends its ranks itself
     on_stop_signals(on_signal_while_joining);
   }
-  group = ProcessGroupContext::join(env, devices.kind(), timeout);
+  // A rendezvous that never answers is bad input as an unreachable one is: one line, exit 2.
+  group = ProcessGroupContext::join(env, devices.kind(), timeout, [](const std::string& line) {
+    std::fprintf(stderr, "ddpbench: %s\n", line.c_str());
+    std::_Exit(2);
+  });
   RunnerOptions options = cmd.runner;
   if (task_text == nullptr && options.target_precision > 0) {  // torchrun/Slurm: a fixed count (cli.h)
     options.target_precision = options.min_time_seconds = options.max_time_seconds = 0;

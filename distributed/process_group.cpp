@@ -2,9 +2,16 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 
+#include "base/watchdog.h"
 #include "compat/torch_compat.h"
 
 namespace ddpbench {
@@ -25,12 +32,60 @@ bool is_loopback(const std::string& addr) {
 std::string as_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
 std::vector<uint8_t> as_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
+std::string rendezvous_address(const RankEnv& env) {
+  return "MASTER_ADDR=" + env.master_addr + " MASTER_PORT=" + std::to_string(env.master_port);
+}
+
+// A c10d store server never speaks first and keeps a connection open. Something else on the port
+// (a web server that greets, an ssh daemon, one that closes at once) is told apart before c10d's
+// client meets it: on 1.13 that client's own thread dies of the garbage (std::terminate), beyond
+// any catch. Nothing is sent, so a real store only sees a connection come and go. Throws
+// UsageError naming the port; returns quietly when nothing can be told (not reachable yet,
+// silent).
+void refuse_a_server_that_is_not_c10d(const RankEnv& env) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(env.master_port);
+  if (::getaddrinfo(env.master_addr.c_str(), port.c_str(), &hints, &found) != 0) return;
+  const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+  const bool connected = fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0;
+  ::freeaddrinfo(found);
+  std::string unasked;
+  bool closed = false;
+  if (connected) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 200) == 1) {
+      char buffer[64];
+      const ssize_t n = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+      if (n > 0) unasked.assign(buffer, static_cast<std::size_t>(n));
+      closed = n == 0;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  if (unasked.empty() && !closed) return;
+  std::string shown;
+  for (char c : unasked.substr(0, unasked.find_first_of("\r\n"))) shown += (c >= 32 && c < 127) ? c : '?';
+  throw UsageError(rendezvous_address(env) + ": what listens there is not a c10d store (torchrun's, or rank 0's): it " +
+                   (closed ? std::string("closed the connection at once") : "spoke first ('" + shown.substr(0, 40) + "')"));
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const RankEnv& env, std::chrono::milliseconds timeout) {
   compat::TcpStoreSettings settings;
   settings.port = static_cast<std::uint16_t>(env.master_port);
   settings.is_server = env.rank == 0 && !env.launcher_hosts_store;
   settings.timeout = timeout;  // ranks are counted below, with a clear error when they disagree
-  const std::string where = "MASTER_ADDR=" + env.master_addr + " MASTER_PORT=" + std::to_string(env.master_port);
+  const std::string where = rendezvous_address(env);
+  // A name that does not resolve is said as such, at once: c10d would retry it for the whole
+  // --timeout and then blame the connection.
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(env.master_addr.c_str(), nullptr, &hints, &found); rc != 0) {
+    throw UsageError("MASTER_ADDR=" + env.master_addr + ": cannot resolve the host name (" + ::gai_strerror(rc) + ")");
+  }
+  ::freeaddrinfo(found);
+  if (!settings.is_server && !env.launcher_hosts_store) refuse_a_server_that_is_not_c10d(env);
   try {
     return compat::make_tcp_store(env.master_addr, settings);
   } catch (const std::exception& e) {
@@ -40,6 +95,23 @@ c10::intrusive_ptr<c10d::Store> connect_store(const RankEnv& env, std::chrono::m
     }
     throw UsageError(where + ": rendezvous unreachable within " + seconds(timeout) + " s (--timeout): " +
                      first_line(e.what()));
+  }
+}
+
+void check_store_answers(c10d::Store& store, const RankEnv& env, std::chrono::milliseconds timeout) {
+  // What answered must be a c10d store: a value written is read back. Something else on the port
+  // (a web server) gives garbage, which would read as a count of ranks or a world size.
+  const std::string probe = "probe/" + std::to_string(env.rank) + "/" + std::to_string(::getpid());
+  std::string echoed, why;
+  try {
+    store.set(probe, as_bytes("ddpbench"));
+    echoed = as_string(store.get(probe));
+  } catch (const std::exception& e) {
+    why = ": " + first_line(e.what());
+  }
+  if (echoed != "ddpbench") {
+    throw UsageError(rendezvous_address(env) + ": no answer as a c10d store (torchrun's, or rank 0's) within " +
+                     seconds(timeout) + " s (--timeout)" + why);
   }
 }
 
@@ -102,12 +174,27 @@ ProcessGroupContext::ProcessGroupContext(c10::intrusive_ptr<c10d::Store> store, 
 
 ProcessGroupContext::~ProcessGroupContext() { compat::shutdown_group(group_); }
 
-std::unique_ptr<ProcessGroupContext> ProcessGroupContext::join(const RankEnv& env, DeviceKind kind,
-                                                               std::chrono::milliseconds timeout) {
+std::unique_ptr<ProcessGroupContext> ProcessGroupContext::join(
+    const RankEnv& env, DeviceKind kind, std::chrono::milliseconds timeout,
+    const std::function<void(const std::string&)>& on_silent_rendezvous) {
   if (kind == DeviceKind::Cuda) compat::cuda_set_device(env.local_rank);  // before the first collective
-  auto tcp = connect_store(env, timeout);
-  auto store = c10::make_intrusive<c10d::PrefixStore>(env.store_prefix, tcp);
-  store->setTimeout(timeout);
+  c10::intrusive_ptr<c10d::PrefixStore> store;
+  {
+    // Measured: with a listener that accepts and never answers on MASTER_PORT, c10d's client was
+    // still waiting after 90 s under a timeout of 3 s.
+    std::optional<StepWatchdog> deadline;
+    if (on_silent_rendezvous) {
+      deadline.emplace(timeout + std::chrono::seconds(2), [&] {
+        on_silent_rendezvous(rendezvous_address(env) + ": nothing answered the rendezvous within " + seconds(timeout) +
+                             " s (--timeout): what listens there accepts connections but is not a c10d store that answers");
+      });
+      deadline->arm();
+    }
+    auto tcp = connect_store(env, timeout);
+    store = c10::make_intrusive<c10d::PrefixStore>(env.store_prefix, tcp);
+    store->setTimeout(timeout);
+    check_store_answers(*store, env, timeout);
+  }
   agree_on_world_size(*store, env, timeout);
   // Gloo binds one address for its pairs: loopback for a one-host rendezvous, else this host's name.
   std::string hostname = "127.0.0.1";

@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,8 +28,12 @@ class ProcessGroupContext {
   // Joins the group `env` describes: connects to (or, as rank 0 without a launcher, hosts) the
   // store, checks that every rank agrees on the world size, then builds the process group. Bad
   // environment, a taken port, an unreachable MASTER_ADDR or disagreeing ranks throw UsageError
-  // naming the variable, within `timeout`.
-  static std::unique_ptr<ProcessGroupContext> join(const RankEnv& env, DeviceKind kind, std::chrono::milliseconds timeout);
+  // naming the variable, within `timeout`. c10d's client itself waits with no bound on a listener
+  // that accepts and never answers: when `on_silent_rendezvous` is given, it is called (on another
+  // thread, with the one line to say) once connecting and a first exchange with the store have
+  // taken `timeout` and 2 s more; the caller ends the process there.
+  static std::unique_ptr<ProcessGroupContext> join(const RankEnv& env, DeviceKind kind, std::chrono::milliseconds timeout,
+                                                   const std::function<void(const std::string&)>& on_silent_rendezvous = {});
   // A group over an existing store (threads as ranks in the tests).
   ProcessGroupContext(c10::intrusive_ptr<c10d::Store> store, int rank, int size, DeviceKind kind,
                       std::chrono::milliseconds timeout, const std::string& hostname = "127.0.0.1");

@@ -11,11 +11,14 @@
 
 #include <dirent.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <future>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "base/errors.h"
 #include "distributed/process_group.h"
@@ -327,6 +330,70 @@ TEST(DdpExternalLaunch, TakenPortIsBadInput) {
   EXPECT_NE(r.err.find("MASTER_PORT=" + std::to_string(ntohs(addr.sin_port))), std::string::npos) << r.err;
 }
 
+// A listening socket on loopback that is not a c10d store: `greeting` is what it sends to each
+// connection it accepts before closing it; without one it never accepts (connections wait in its
+// backlog, as with a process that listens and hangs). It lives on its own thread until destroyed.
+class ForeignListener {
+ public:
+  explicit ForeignListener(std::string greeting) : greeting_(std::move(greeting)) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    listen(fd_, 16);
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    if (!greeting_.empty()) {
+      thread_ = std::thread([this] {
+        while (!stop_) {
+          pollfd p{fd_, POLLIN, 0};
+          if (poll(&p, 1, 100) != 1) continue;
+          const int c = accept(fd_, nullptr, nullptr);
+          if (c < 0) continue;
+          (void)!write(c, greeting_.data(), greeting_.size());
+          close(c);
+        }
+      });
+    }
+  }
+  ~ForeignListener() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  std::string greeting_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(DdpExternalLaunch, AListenerThatNeverAnswersIsOneLineWithinTheTimeout) {
+  ForeignListener silent("");
+  const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--timeout", "3"}), 60000, rank_vars(1, 2, silent.port()));
+  ASSERT_EQ(r.signal, 0) << "still waiting after 60 s";
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_LT(r.seconds, 3 + 2 + 3) << "--timeout 3 was not kept";
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("ddpbench: MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(silent.port()), 0), 0u) << r.err;
+}
+
+TEST(DdpExternalLaunch, AServerThatIsNotC10dIsSaidSoNotTakenForAnotherRank) {
+  ForeignListener web("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi");
+  const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--timeout", "10"}), 60000, rank_vars(1, 2, web.port()));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_LT(r.seconds, 5) << "a server that speaks first is known at once";
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("is not a c10d store"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("HTTP/1.0 200 OK"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("already joined"), std::string::npos) << r.err;
+}
+
 TEST(DdpExternalLaunch, AnUnknownMasterHostIsOneLineWithoutLibTorchsLogging) {
   // c10d retries the name and logs each retry (glog's W/E lines in 1.13, c10's in 2.x): none of it
   // reaches the user, whose one line says it all.
@@ -334,10 +401,11 @@ TEST(DdpExternalLaunch, AnUnknownMasterHostIsOneLineWithoutLibTorchsLogging) {
   for (auto& [name, value] : vars) {
     if (name == "MASTER_ADDR") value = "no.such.host.invalid";
   }
-  const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--timeout", "3"}), 30000, vars);
+  const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--timeout", "30"}), 60000, vars);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_EQ(r.err.rfind("ddpbench: MASTER_ADDR=no.such.host.invalid", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.rfind("ddpbench: MASTER_ADDR=no.such.host.invalid: cannot resolve the host name", 0), 0u) << r.err;
+  EXPECT_LT(r.seconds, 10) << "a name that does not resolve waited out --timeout, as if the port were to blame";
 }
 
 TEST(DdpExternalLaunch, WhenAPeerIsKilledTheSurvivorSaysWhyOnItsOwnStderr) {
