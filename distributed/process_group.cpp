@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <optional>
 #include <sstream>
@@ -36,6 +37,45 @@ std::string rendezvous_address(const RankEnv& env) {
   return "MASTER_ADDR=" + env.master_addr + " MASTER_PORT=" + std::to_string(env.master_port);
 }
 
+// How a TCP connection to the rendezvous fares within `wait`: a connect() left to block would wait
+// out the kernel's SYN retries (about two minutes) on a host that drops packets.
+enum class Reach { Connected, Refused, NoAnswer };
+
+struct Connection {
+  Reach reach = Reach::NoAnswer;
+  int fd = -1;  // open when Connected; the caller closes it
+};
+
+Connection connect_within(const RankEnv& env, int wait_ms) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(env.master_port);
+  if (::getaddrinfo(env.master_addr.c_str(), port.c_str(), &hints, &found) != 0) return {};
+  Connection c;
+  c.fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, found->ai_protocol);
+  if (c.fd >= 0) {
+    int rc = ::connect(c.fd, found->ai_addr, found->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{c.fd, POLLOUT, 0};
+      int error = ETIMEDOUT;
+      socklen_t size = sizeof(error);
+      if (::poll(&p, 1, wait_ms) == 1) ::getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &error, &size);
+      rc = error == 0 ? 0 : -1;
+      errno = error;
+    }
+    if (rc == 0) {
+      c.reach = Reach::Connected;
+    } else {
+      c.reach = errno == ECONNREFUSED ? Reach::Refused : Reach::NoAnswer;
+      ::close(c.fd);
+      c.fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  return c;
+}
+
 // A c10d store server never speaks first and keeps a connection open. Something else on the port
 // (a web server that greets, an ssh daemon, one that closes at once) is told apart before c10d's
 // client meets it: on 1.13 that client's own thread dies of the garbage (std::terminate), beyond
@@ -43,31 +83,44 @@ std::string rendezvous_address(const RankEnv& env) {
 // UsageError naming the port; returns quietly when nothing can be told (not reachable yet,
 // silent).
 void refuse_a_server_that_is_not_c10d(const RankEnv& env) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(env.master_port);
-  if (::getaddrinfo(env.master_addr.c_str(), port.c_str(), &hints, &found) != 0) return;
-  const int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
-  const bool connected = fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0;
-  ::freeaddrinfo(found);
+  const Connection c = connect_within(env, 1000);
+  if (c.reach != Reach::Connected) return;
   std::string unasked;
   bool closed = false;
-  if (connected) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 200) == 1) {
-      char buffer[64];
-      const ssize_t n = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
-      if (n > 0) unasked.assign(buffer, static_cast<std::size_t>(n));
-      closed = n == 0;
-    }
+  pollfd p{c.fd, POLLIN, 0};
+  if (::poll(&p, 1, 200) == 1) {
+    char buffer[64];
+    const ssize_t n = ::recv(c.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n > 0) unasked.assign(buffer, static_cast<std::size_t>(n));
+    closed = n == 0;
   }
-  if (fd >= 0) ::close(fd);
+  ::close(c.fd);
   if (unasked.empty() && !closed) return;
   std::string shown;
-  for (char c : unasked.substr(0, unasked.find_first_of("\r\n"))) shown += (c >= 32 && c < 127) ? c : '?';
+  for (char ch : unasked.substr(0, unasked.find_first_of("\r\n"))) shown += (ch >= 32 && ch < 127) ? ch : '?';
   throw UsageError(rendezvous_address(env) + ": what listens there is not a c10d store (torchrun's, or rank 0's): it " +
                    (closed ? std::string("closed the connection at once") : "spoke first ('" + shown.substr(0, 40) + "')"));
+}
+
+// Said when c10d's client has not come back by the join deadline: what the port does now tells a
+// rendezvous that nobody hosts (c10d 2.x's connect retries under load can outlast --timeout)
+// from a listener that accepts and never answers.
+std::string why_the_rendezvous_is_silent(const RankEnv& env, std::chrono::milliseconds timeout) {
+  const std::string within = " within " + seconds(timeout) + " s (--timeout): ";
+  const Connection c = connect_within(env, 500);
+  if (c.fd >= 0) ::close(c.fd);
+  switch (c.reach) {
+    case Reach::Refused:
+      return rendezvous_address(env) + ": rendezvous unreachable" + within +
+             "nothing listens there (connection refused); is rank 0 or torchrun's store up?";
+    case Reach::NoAnswer:
+      return rendezvous_address(env) + ": rendezvous unreachable" + within +
+             "no answer to a connection (host down, or a firewall drops it)";
+    case Reach::Connected:
+      break;
+  }
+  return rendezvous_address(env) + ": nothing answered the rendezvous" + within +
+         "what listens there accepts connections but is not a c10d store that answers";
 }
 
 c10::intrusive_ptr<c10d::Store> connect_store(const RankEnv& env, std::chrono::milliseconds timeout) {
@@ -185,8 +238,7 @@ std::unique_ptr<ProcessGroupContext> ProcessGroupContext::join(
     std::optional<StepWatchdog> deadline;
     if (on_silent_rendezvous) {
       deadline.emplace(timeout + std::chrono::seconds(2), [&] {
-        on_silent_rendezvous(rendezvous_address(env) + ": nothing answered the rendezvous within " + seconds(timeout) +
-                             " s (--timeout): what listens there accepts connections but is not a c10d store that answers");
+        on_silent_rendezvous(why_the_rendezvous_is_silent(env, timeout));
       });
       deadline->arm();
     }

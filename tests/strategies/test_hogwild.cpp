@@ -98,20 +98,34 @@ TEST_P(HogwildStrategyTest, EveryWorkersUpdateReachesTheSharedParameters) {
   EXPECT_TRUE(std::isfinite(loss.item<double>()));
   const auto change = difference(strategy->trained_parameters(), before.tensors);
 
-  // Each worker applies -lr * its own gradient (momentum's first step is the gradient itself). A
-  // worker may read the other's update, whole or in part, before it computes: that moves its
-  // gradient by an lr-sized amount (up to 5.4% of the change seen in a CI run of processes mode under
-  // load), inside the 10% below. A lost update would miss a whole shard's gradient: about half.
+  // Each worker applies -lr * its own gradient (momentum's first step is the gradient itself),
+  // adding it without a lock. Where both add to one element at the same moment, one add can
+  // overwrite the other (a read-modify-write race: Hogwild! without atomic adds, as PyTorch's own
+  // example runs): each element then holds both updates or only one. Measured on steps where the
+  // two workers' optimizer steps met: up to a third of a 1024x1024 weight's elements and 90% of a
+  // bias kept only one update, and every element was one of the three to 1e-6. A worker may also
+  // read the other's update, whole or in part, before it takes its gradient: how far that moves
+  // the step is measured below, at the parameters after the other's whole update. A worker's
+  // update missing from every element is caught by the two checks after this one.
   const double lr = 0.01;
   const auto g0 = gradient_at(before.tensors, data_, 0, kBatch / 2);
   const auto g1 = gradient_at(before.tensors, data_, kBatch / 2, kBatch / 2);
-  std::vector<torch::Tensor> both, only0, only1;
+  std::vector<torch::Tensor> both, only0, only1, after0, after1, nearest;
   for (size_t i = 0; i < g0.size(); ++i) {
     both.push_back(-lr * (g0[i] + g1[i]));
     only0.push_back(-lr * g0[i]);
     only1.push_back(-lr * g1[i]);
+    after0.push_back(before.tensors[i] + only0.back());
+    after1.push_back(before.tensors[i] + only1.back());
+    const auto off_both = (change[i] - both[i]).abs(), off0 = (change[i] - only0[i]).abs(),
+               off1 = (change[i] - only1[i]).abs();
+    nearest.push_back(torch::where(off_both <= torch::min(off0, off1), both[i], torch::where(off0 <= off1, only0[i], only1[i])));
   }
-  EXPECT_LT(norm(difference(change, both)), 0.10 * norm(both));
+  const auto g1_after0 = gradient_at(after0, data_, kBatch / 2, kBatch / 2);
+  const auto g0_after1 = gradient_at(after1, data_, 0, kBatch / 2);
+  const double staleness = lr * (norm(difference(g1_after0, g1)) + norm(difference(g0_after1, g0)));
+  EXPECT_LT(norm(difference(change, nearest)), 0.02 * norm(both) + 2 * staleness)
+      << "staleness " << staleness << " of a change " << norm(both);
   EXPECT_GT(norm(difference(change, only0)), 0.5 * norm(only1)) << "worker 1's update is missing";
   EXPECT_GT(norm(difference(change, only1)), 0.5 * norm(only0)) << "worker 0's update is missing";
   // The workers took their gradients with autograd::grad: nothing landed in the shared .grad.
