@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 export DDPBENCH_BUILD_DIR="$(pwd)/${DDPBENCH_BUILD_DIR:-build}"
 ./scripts/setup.sh
 ./scripts/build.sh
+echo "test: set up and built in ${SECONDS} s"
 jobs=$(nproc 2>/dev/null || echo 2)
+start=$SECONDS
 (cd "$DDPBENCH_BUILD_DIR" && ctest -j"$jobs" --output-on-failure --timeout 900)
+echo "test: CTest took $((SECONDS - start)) s"
 /usr/bin/python3 -m pytest -q tests/python
