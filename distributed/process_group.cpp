@@ -55,19 +55,17 @@ Connection connect_within(const RankEnv& env, int wait_ms) {
   Connection c;
   c.fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, found->ai_protocol);
   if (c.fd >= 0) {
-    int rc = ::connect(c.fd, found->ai_addr, found->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
+    int error = ::connect(c.fd, found->ai_addr, found->ai_addrlen) == 0 ? 0 : errno;
+    if (error == EINPROGRESS) {
       pollfd p{c.fd, POLLOUT, 0};
-      int error = ETIMEDOUT;
       socklen_t size = sizeof(error);
+      error = ETIMEDOUT;
       if (::poll(&p, 1, wait_ms) == 1) ::getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &error, &size);
-      rc = error == 0 ? 0 : -1;
-      errno = error;
     }
-    if (rc == 0) {
+    if (error == 0) {
       c.reach = Reach::Connected;
     } else {
-      c.reach = errno == ECONNREFUSED ? Reach::Refused : Reach::NoAnswer;
+      c.reach = error == ECONNREFUSED ? Reach::Refused : Reach::NoAnswer;
       ::close(c.fd);
       c.fd = -1;
     }
