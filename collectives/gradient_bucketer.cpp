@@ -202,9 +202,7 @@ void GradientBucketer::zero_grad() {
     }
     return;
   }
-  for (auto& p : parameters_) {
-    if (p.grad().defined()) p.mutable_grad().zero_();
-  }
+  for (auto& p : parameters_) p.mutable_grad() = torch::Tensor();
 }
 
 }  // namespace ddpbench

@@ -55,7 +55,9 @@ class GradientBucketer {
   // Copies the reduced buckets back into the gradients (nothing to do for bucket views); returns
   // the global loss.
   torch::Tensor unpack();
-  // Zeroes the gradients for the next step, keeping bucket views in place.
+  // Readies the gradients for the next step's backward: bucket views are zeroed in place (the
+  // buckets live on either way, as in PyTorch's DDP); other gradients are set to none, as PyTorch
+  // 2's zero_grad() does, so their memory is not held through the next forward.
   void zero_grad();
 
   int bucket_count() const { return static_cast<int>(buckets_.size()); }

@@ -67,9 +67,19 @@ std::int64_t ShardedBuckets::gradient_bytes_held() const {
   std::int64_t bytes = 0;
   for (const auto& b : buckets_) {
     if (b.flat_grads.defined()) bytes += b.flat_grads.numel() * static_cast<std::int64_t>(b.flat_grads.element_size());
-    if (!options_.keep_full_gradients) bytes += b.grad_shard.numel() * static_cast<std::int64_t>(b.grad_shard.element_size());
+    if (!options_.keep_full_gradients && b.grad_shard.defined())
+      bytes += b.grad_shard.numel() * static_cast<std::int64_t>(b.grad_shard.element_size());
   }
   return bytes;
+}
+
+void ShardedBuckets::free_gradients() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (options_.keep_full_gradients) return;
+  for (auto& b : buckets_) {
+    b.grad_shard = torch::Tensor();
+    b.shard.mutable_grad() = torch::Tensor();
+  }
 }
 
 void ShardedBuckets::prepare_step(double grad_scale, const torch::Tensor& loss, PhaseRecorder* phases) {
@@ -133,9 +143,15 @@ void ShardedBuckets::launch_ready_buckets() {
 }
 
 void ShardedBuckets::launch(std::size_t b) {
+  auto& bucket = buckets_[b];
   auto range = phases_ ? phases_->begin_async("reduce_scatter") : PhaseRecorder::AsyncRange{};
-  comm_.post([this, b, range] {
-    auto& bucket = buckets_[b];
+  comm_.post([this, &bucket, b, range] {
+    if (!bucket.grad_shard.defined()) {
+      // Stage 2's chunk, allocated just before the collective (sharded_units.cpp says why); every
+      // element is written by the reduce-scatter.
+      bucket.grad_shard = torch::empty({bucket.shard.numel()}, bucket.shard.options());
+      bucket.shard.mutable_grad() = bucket.grad_shard;
+    }
     const auto cost = reduce_scatter(group_, bucket.flat_grads, bucket.grad_shard,
                                      "reduce-scatter of gradient bucket " + std::to_string(b));
     PhaseRecorder::end_async(range);

@@ -55,6 +55,10 @@ class ShardedBuckets {
   // wait_reduce_scatter() each one's .grad is its reduced gradient chunk.
   const std::vector<torch::Tensor>& parameter_shards() const { return shards_; }
 
+  // Before the step's forward: stage 2 lets go of the last step's reduced chunks (each is allocated
+  // again when its bucket is reduce-scattered), as PyTorch 2's zero_grad() sets gradients to none;
+  // stage 1's chunks are views of its full buffers, which live on as DDP's buckets do.
+  void free_gradients();
   // Before backward: this rank's gradients enter the buckets times `grad_scale` (its share of the
   // global batch); `loss` (already scaled) is summed over the ranks with them.
   void prepare_step(double grad_scale, const torch::Tensor& loss, PhaseRecorder* phases = nullptr);
@@ -80,7 +84,8 @@ class ShardedBuckets {
     torch::Tensor flat_params;           // padded; the parameters are views of it
     torch::Tensor shard;                 // this rank's chunk of flat_params
     torch::Tensor flat_grads;            // padded; stage 2: only from its first gradient to its reduce-scatter
-    torch::Tensor grad_shard;            // the reduced chunk, the shard's .grad (stage 1: a view of flat_grads)
+    torch::Tensor grad_shard;            // the reduced chunk, the shard's .grad (stage 1: a view of flat_grads;
+                                         // stage 2: none from free_gradients() to its reduce-scatter)
     std::int64_t pending = 0;
     std::chrono::steady_clock::time_point ready;
     double reduce_scatter_seconds = 0;   // this step's

@@ -116,7 +116,7 @@ std::int64_t ShardedUnits::gradient_bytes_held() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::int64_t bytes = 0;
   for (const auto& u : units_) {
-    bytes += bytes_of(u.grad_shard);
+    if (u.grad_shard.defined()) bytes += bytes_of(u.grad_shard);
     if (u.flat_grads.defined()) bytes += bytes_of(u.flat_grads);
   }
   return bytes;
@@ -164,6 +164,14 @@ void ShardedUnits::free_full(std::size_t u) {
   if (unit.held == Held::Gathering) throw std::logic_error("ShardedUnits: freeing a unit whose all-gather is in flight");
   release_storage(unit.full);
   unit.held = Held::Freed;
+}
+
+void ShardedUnits::free_gradients() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& u : units_) {
+    u.grad_shard = torch::Tensor();
+    u.shard.mutable_grad() = torch::Tensor();
+  }
 }
 
 void ShardedUnits::begin_step(double grad_scale, PhaseRecorder* phases) {
@@ -258,19 +266,28 @@ void ShardedUnits::on_gradient_ready(std::size_t param) {
   }
   p.mutable_grad() = torch::Tensor();  // the unit's buffer holds it now: autograd's copy is freed
   if (--unit.pending == 0 && options_.overlap) {
-    launch_reduce_scatter(u);
-    // Its backward is done: the full parameters go (the root's stay until the step ends).
+    // Its backward is done: the full parameters go (the root's stay until the step ends), before
+    // the reduce-scatter allocates its output, so the two never add up.
     if (!unit.root && unit.held == Held::Gathered) free_full(u);
+    launch_reduce_scatter(u);
   }
 }
 
 void ShardedUnits::launch_reduce_scatter(std::size_t u) {
-  units_[u].launched = true;
+  auto& unit = units_[u];
+  unit.launched = true;
   auto range = phases_ ? phases_->begin_async("reduce_scatter") : PhaseRecorder::AsyncRange{};
-  comm_.post([this, u, range] {
-    auto& unit = units_[u];
-    const auto cost = reduce_scatter(group_, unit.flat_grads, unit.grad_shard,
-                                     "reduce-scatter of gradient unit " + std::to_string(u));
+  comm_.post([this, &unit, u, range] {
+    // This rank's gradient chunk is allocated here, just before the collective. On the
+    // communication thread that is mostly after the hook that posted the job has returned; inside
+    // that hook autograd still holds the unit's last gradient, and the chunk would add to it and to
+    // the unit's buffer at their peak (FSDP2 frees a unit's gradients before it allocates the
+    // reduce-scatter's output).
+    if (!unit.grad_shard.defined()) {
+      unit.grad_shard = torch::empty({unit.shard.numel()}, unit.shard.options());
+      unit.shard.mutable_grad() = unit.grad_shard;
+    }
+    const auto cost = reduce_scatter(group_, unit.flat_grads, unit.grad_shard, "reduce-scatter of gradient unit " + std::to_string(u));
     PhaseRecorder::end_async(range);
     unit.reduce_scatter_seconds = cost.seconds;
     unit.flat_grads = torch::Tensor();  // only the chunk stays

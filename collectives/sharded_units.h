@@ -64,6 +64,9 @@ class ShardedUnits {
   std::size_t unit_count() const { return units_.size(); }  // the root included, if any
   std::int64_t unit_numel(std::size_t unit) const;          // padded
 
+  // Before the step: lets go of the last step's reduced gradient chunks (each is allocated again when
+  // its unit is reduce-scattered), as FSDP2 under PyTorch 2's zero_grad() (set_to_none=True).
+  void free_gradients();
   // Before forward: this rank's gradients enter the reduce-scatters times `grad_scale` (its share of
   // the global batch); gathers the root and prefetches the first unit. No other collective of the
   // group may run until finish_backward() returns: every one of the step's goes through this object.
@@ -98,7 +101,8 @@ class ShardedUnits {
     bool root = false;
     torch::Tensor full;                 // padded, gather dtype; the parameters are views of it
     torch::Tensor shard;                // this rank's chunk, a tensor of its own (the optimizer's)
-    torch::Tensor grad_shard;           // its reduced gradient, the shard's .grad
+    torch::Tensor grad_shard;           // its reduced gradient, the shard's .grad; none from
+                                        // free_gradients() to its reduce-scatter
     torch::Tensor flat_grads;           // padded, chunks' dtype: from its first gradient to its reduce-scatter
     Held held = Held::Freed;
     std::uint64_t gather_ticket = 0;

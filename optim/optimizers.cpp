@@ -210,6 +210,11 @@ std::string optimizer_implementation(c10::DeviceType device_type) {
   return compat::has_fused_optimizers(device_type) ? "fused" : "foreach";
 }
 
+void set_gradients_to_none(torch::optim::Optimizer& optimizer) {
+  for (auto& group : optimizer.param_groups())
+    for (auto& p : group.params()) p.mutable_grad() = torch::Tensor();
+}
+
 std::optional<std::vector<torch::Tensor>> optimizer_state_tensors(const torch::optim::Optimizer& optimizer) {
   if (const auto* ours = dynamic_cast<const MultiTensorOptimizer*>(&optimizer)) return ours->state_tensors();
   // LibTorch's own (a plug-in's workload may build them): their per-parameter state objects.

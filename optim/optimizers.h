@@ -23,6 +23,11 @@ std::string optimizer_implementation(c10::DeviceType device_type);
 // SGD, Adam and AdamW. Nothing for an optimizer whose state this build cannot read.
 std::optional<std::vector<torch::Tensor>> optimizer_state_tensors(const torch::optim::Optimizer& optimizer);
 
+// Sets the gradient of every parameter the optimizer steps to none, as PyTorch 2's
+// `optimizer.zero_grad()` (set_to_none=True) does on every LibTorch: 1.13's C++ zero_grad() zeroes
+// them in place instead, which keeps a whole gradient's memory through the next forward.
+void set_gradients_to_none(torch::optim::Optimizer& optimizer);
+
 // Supported: weight decay, no amsgrad. Throws std::invalid_argument for amsgrad.
 std::unique_ptr<torch::optim::Optimizer> make_adamw(std::vector<torch::Tensor> parameters,
                                                    const torch::optim::AdamWOptions& options);

@@ -1,6 +1,7 @@
 #include "strategies/data_parallel.h"
 
 #include "devices/counting_allocator.h"
+#include "optim/optimizers.h"
 
 namespace ddpbench {
 
@@ -68,6 +69,7 @@ void DataParallelStrategy::reduce_gradients() {
 }
 
 torch::Tensor DataParallelStrategy::do_step(const Batch& batch, PhaseRecorder& phases) {
+  set_gradients_to_none(*optimizer_);  // the master's, from the last step (strategy.h)
   {
     auto scope = phases.scope(Phase::Replicate);
     replicate();
@@ -80,7 +82,6 @@ torch::Tensor DataParallelStrategy::do_step(const Batch& batch, PhaseRecorder& p
   {
     auto scope = phases.scope(Phase::Optimizer);
     scaler_.step(*optimizer_);  // the master's gradients: the replicas' sum
-    optimizer_->zero_grad();
   }
   return loss.detach();
 }

@@ -100,6 +100,7 @@ class DdpStrategy final : public Strategy {
   }
 
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
+    bucketer_->zero_grad();  // the last step's gradients, kept until now (strategy.h)
     const auto [loss, share] = rank_forward(batch, *workload_, *model_, device_, *group_,
                                             broadcast_buffers_ ? buffers_ : std::vector<torch::Tensor>{}, precision_,
                                             global_batch_, phases);
@@ -120,7 +121,6 @@ class DdpStrategy final : public Strategy {
     {
       auto scope = phases.scope(Phase::Optimizer);
       scaler_.step(*optimizer_);  // every rank holds the same sums, so all skip or step alike
-      bucketer_->zero_grad();
     }
     ++steps_;
     if (!options_.checkpoint_path.empty() && group_->rank() == 0 && steps_ % checkpoint_every_ == 0) {

@@ -1,5 +1,6 @@
 // `single`: one device trains on the whole global batch. The baseline every other strategy is
 // compared with, and the reference for their parity checks.
+#include "optim/optimizers.h"
 #include "strategies/strategy.h"
 
 namespace ddpbench {
@@ -20,6 +21,7 @@ class SingleStrategy final : public Strategy {
 
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
     torch::Tensor inputs, targets, loss;
+    set_gradients_to_none(*optimizer_);  // the last step's, kept until now (strategy.h)
     {
       auto scope = phases.scope(Phase::Data);
       inputs = batch.inputs.to(device_, /*non_blocking=*/true);
@@ -37,7 +39,6 @@ class SingleStrategy final : public Strategy {
     {
       auto scope = phases.scope(Phase::Optimizer);
       scaler_.step(*optimizer_);
-      optimizer_->zero_grad();
     }
     return loss.detach();
   }

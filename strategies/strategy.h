@@ -152,7 +152,11 @@ class Strategy {
   // it must live as long as the strategy (every strategy keeps its own as a member).
   void setup(const StrategySetup& setup);
   // One training step on `batch`; returns the step's loss over the global batch (a detached scalar).
-  // Marks its phases on `phases`; the harness times the whole step around it.
+  // Marks its phases on `phases`; the harness times the whole step around it. A step begins by
+  // setting the last step's gradients to none (PyTorch 2's zero_grad(), set_to_none=True; in no
+  // phase, so that each phase stays one span a step), so they are held between steps, where
+  // held_tensors() counts them, and not through the next forward; what a strategy's communication keeps (ddp's buckets, zero1's full
+  // gradient buffers) lives on, as in PyTorch's DDP.
   torch::Tensor step(const Batch& batch, PhaseRecorder& phases) { return do_step(batch, phases); }
   // The trained parameters as one model would hold them, for the parity check against `single`.
   std::vector<torch::Tensor> trained_parameters() { return do_trained_parameters(); }

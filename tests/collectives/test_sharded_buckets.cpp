@@ -75,6 +75,7 @@ struct RankOutcome {
   std::vector<torch::Tensor> parameters;
   std::vector<double> losses;
   std::int64_t gradient_bytes_held = 0;
+  std::int64_t gradient_bytes_after_free = -1;  // of the last step, before its forward
   std::int64_t padded_bytes = 0;
   std::int64_t trained_bytes = 0;
   int buckets = 0;
@@ -100,6 +101,8 @@ std::vector<RankOutcome> train_sharded(int world, int steps, ShardedBucketOption
     for (int s = 0; s < steps; ++s) {
       const auto x = batches[static_cast<std::size_t>(s)].x.narrow(0, r * local, local);
       const auto y = batches[static_cast<std::size_t>(s)].y.narrow(0, r * local, local);
+      shards.free_gradients();  // as zero1/zero2 begin a step
+      o.gradient_bytes_after_free = shards.gradient_bytes_held();
       auto loss = torch::nn::functional::mse_loss(net.body->forward(x), y);
       shards.prepare_step(share, loss.detach() * share);
       loss.backward();
@@ -172,13 +175,17 @@ INSTANTIATE_TEST_SUITE_P(Worlds, ShardedBucketsParity,
 
 TEST(ShardedBuckets, Stage2HoldsOnlyItsChunksAfterAStepAndStage1TheFullBuffers) {
   const int world = 2;
-  const auto stage1 = train_sharded(world, 1, small_buckets(true));
-  const auto stage2 = train_sharded(world, 1, small_buckets(false));
+  const auto stage1 = train_sharded(world, 2, small_buckets(true));
+  const auto stage2 = train_sharded(world, 2, small_buckets(false));
   for (int r = 0; r < world; ++r) {
     const auto& s1 = stage1[static_cast<std::size_t>(r)];
     const auto& s2 = stage2[static_cast<std::size_t>(r)];
     EXPECT_EQ(s2.gradient_bytes_held, s2.padded_bytes / world) << "rank " << r;
     EXPECT_EQ(s1.gradient_bytes_held, s1.padded_bytes) << "rank " << r << ": its chunks are views of them";
+    // From the start of the next step to its reduce-scatters stage 2 holds no gradient (PyTorch 2's
+    // zero_grad sets them to none); stage 1's full buffers live on, as DDP's buckets.
+    EXPECT_EQ(s2.gradient_bytes_after_free, 0) << "rank " << r;
+    EXPECT_EQ(s1.gradient_bytes_after_free, s1.padded_bytes) << "rank " << r;
   }
 }
 

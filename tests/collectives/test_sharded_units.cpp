@@ -72,6 +72,7 @@ struct RankOutcome {
   std::int64_t full_bytes_after_forward = -1;  // of the last step
   std::int64_t full_bytes_between_steps = -1;
   std::int64_t gradient_bytes_between_steps = -1;
+  std::int64_t gradient_bytes_after_free = -1;  // of the last step, before its forward
   std::int64_t padded_bytes = 0;
   std::vector<std::int64_t> unit_bytes;
   UnitTraffic traffic;
@@ -100,6 +101,8 @@ std::vector<RankOutcome> train_sharded(int world, int steps, ShardedUnitOptions 
     for (int s = 0; s < steps; ++s) {
       const auto x = batches[static_cast<std::size_t>(s)].x.narrow(0, r * local, local);
       const auto y = batches[static_cast<std::size_t>(s)].y.narrow(0, r * local, local);
+      units.free_gradients();  // as fsdp begins a step
+      o.gradient_bytes_after_free = units.gradient_bytes_held();
       units.begin_step(1.0 / world, nullptr);
       const auto h = run_unit(0, [&] { return net.first->forward(x).tanh(); });
       const auto out_ = run_unit(1, [&] { return net.second->forward(h); });
@@ -148,6 +151,9 @@ TEST_P(ShardedUnitsParity, TwoStepsOnChunksAreTheSingleProcessSteps) {
     // Between steps: no full parameter, and the gradient chunks only.
     EXPECT_EQ(o.full_bytes_between_steps, 0);
     EXPECT_EQ(o.gradient_bytes_between_steps, o.padded_bytes / setting.world);
+    // The chunks go when the next step begins (PyTorch 2's zero_grad sets them to none) and come
+    // back with the reduce-scatters: the second step's losses and parameters above hold with them.
+    EXPECT_EQ(o.gradient_bytes_after_free, 0);
     ASSERT_EQ(o.unit_bytes.size(), 3u);  // two units and the root
     // After forward: the root, and the units too unless resharded.
     const std::int64_t root = o.unit_bytes[2];
