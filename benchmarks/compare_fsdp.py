@@ -8,9 +8,9 @@ Both resharding choices are compared where the peer can run them: torch 2.6's FS
 fails autograd's version check on any unit it reshards after forward (every unit but the last
 is thus left gathered on its side, TorchTitan's choice for the last block, and ddpbench's
 `--reshard-after-forward off` is the like-for-like pair); ddpbench's default (`on`) runs for
-reference. The peer also runs with zero_grad(set_to_none=False), which keeps its gradient shards
-between steps as ddpbench's fsdp does (ZeRO's accounting of model state), to separate that choice
-from the rest of the peak.
+reference. Both set gradients to none between steps (PyTorch 2's zero_grad() default; ddpbench's
+fsdp frees its gradient chunks as each step begins, docs/how-it-measures.md); the peer's
+--keep-grads (set_to_none=False) is there to run by hand.
 
 Rounds are interleaved (benchmarks/interleave.py), each run fresh rank processes; a run's figures
 are rank 0's mean step time and its peak bytes (ddpbench: device 0's peak_allocated_bytes; the peer:
@@ -28,6 +28,7 @@ from benchmarks.interleave import ddpbench_case, parser, report, run_rounds  # n
 
 import json  # noqa: E402
 import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 
 
 def main():
@@ -46,21 +47,31 @@ def main():
             return statistics.fmean(c["step_times_ms"])
         return run
 
+    heap_dir = tempfile.TemporaryDirectory()
+    env = dict(os.environ)
+    counter = build_heap_counter(heap_dir.name)
+    if counter:
+        env["LD_PRELOAD"] = counter
+    else:
+        print("compare_fsdp: no C compiler (cc) to build benchmarks/heap_counter.c: the peer's peak comes from "
+              "torch.profiler's memory events, which are no exact peak (python_fsdp_loop.py)", file=sys.stderr)
+    between = {}
+
     def peer(name, flags):
         def run():
             out = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "python_fsdp_loop.py"),
                                   str(args.steps), str(args.warmup), str(args.batch), "1", str(args.world)] + flags,
-                                 check=True, capture_output=True, text=True).stdout
+                                 check=True, capture_output=True, text=True, env=env).stdout
             figures = json.loads(out.strip().splitlines()[-1])
             peaks.setdefault(name, []).append(figures["peak_bytes"])
+            if figures.get("between_steps_bytes") is not None:
+                between.setdefault(name, []).append((figures["between_steps_bytes"], figures["held_bytes"]))
             return statistics.fmean(figures["step_ms"])
         return run
 
     tools = {
         "ddpbench fsdp, reshard off": ddpbench("ddpbench fsdp, reshard off", "fsdp", ["--reshard-after-forward", "off"]),
         "PyTorch FSDP2, reshard off": peer("PyTorch FSDP2, reshard off", ["--no-reshard"]),
-        "PyTorch FSDP2, reshard off, gradients kept": peer("PyTorch FSDP2, reshard off, gradients kept",
-                                                           ["--no-reshard", "--keep-grads"]),
         "ddpbench fsdp, reshard on (default)": ddpbench("ddpbench fsdp, reshard on (default)", "fsdp"),
         "ddpbench ddp": ddpbench("ddpbench ddp", "ddp"),
     }
@@ -74,6 +85,14 @@ def main():
     med = {n: statistics.median(v) for n, v in peaks.items()}
     for n in tools:
         print(f"| {n} | {med[n] / 2 ** 20:.1f} | {med[n] / med[base]:.3f}x |")
+    print()
+    print("ddpbench: device 0's peak_allocated_bytes (its counting allocator); the peer: "
+          + ("benchmarks/heap_counter.c, every thread's malloc" if counter else "torch.profiler's memory events"))
+    for n, pairs in between.items():
+        extra = max(b - h for b, h in pairs)
+        print(f"{n}: between steps rank 0 holds at most {extra / 2 ** 20:+.2f} MiB beyond its shards, gradients and "
+              f"optimizer state (all it allocated since before the model was built)")
+    heap_dir.cleanup()
     if args.json:
         with open(args.json) as f:
             doc = json.load(f)
@@ -81,6 +100,17 @@ def main():
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)
     return 0
+
+
+def build_heap_counter(directory):
+    """benchmarks/heap_counter.c built into `directory` for LD_PRELOAD; None without a C compiler."""
+    library = os.path.join(directory, "libheap_counter.so")
+    try:
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", library, os.path.join(ROOT, "benchmarks", "heap_counter.c")],
+                       check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return library
 
 
 if __name__ == "__main__":

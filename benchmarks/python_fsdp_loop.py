@@ -5,14 +5,17 @@ is its own FSDP unit, as ddpbench's mlp names fc1..fc4, then the root; resharded
 tools' default). Same model, optimizer (SGD, momentum 0.9), synthetic data, per-rank batch and
 thread count as ddpbench; each rank pinned to its own cores as ddpbench pins its ranks.
 
-After the timed steps, one more step runs under torch.profiler with profile_memory: its allocation
-and free events on rank 0, summed in order on top of the bytes held before the step (the local
-shards of the parameters and the optimizer state), give the step's peak, ddpbench's
-peak_allocated_bytes in kind. The profiler sees the allocations of the thread it runs on, where
-FSDP2 allocates its all-gather and reduce-scatter buffers; one made on another thread is missed, so
-the peer's peak is, if anything, low.
+After the timed steps one more step is measured: its peak on rank 0 is the bytes held before the
+step (the local shards of the parameters, their gradients if kept, and the optimizer state) plus
+the most the step allocated on top of them, ddpbench's peak_allocated_bytes in kind. Under
+benchmarks/heap_counter.c (LD_PRELOAD, as compare_fsdp.py runs it) that is counted exactly, on every
+thread; "between_steps_bytes" is then all the rank holds between steps beyond what it held before
+the model was built, to check that `held` misses nothing. Without it the step runs under
+torch.profiler's memory events, whose running sum is no exact peak here: they see one thread, and a
+steady-state step's events do not balance (about one unit's buffer more allocated than freed).
 
-Prints rank 0's figures as JSON: {"step_ms": [...], "peak_bytes": N, "held_bytes": N}.
+Prints rank 0's figures as JSON: {"step_ms": [...], "peak_bytes": N, "held_bytes": N, "peak_method":
+"heap counter" | "profiler", "between_steps_bytes": N or null}.
 
     python_fsdp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD [--no-reshard] [--keep-grads]
 
@@ -20,6 +23,7 @@ Prints rank 0's figures as JSON: {"step_ms": [...], "peak_bytes": N, "held_bytes
 check on one that is, so even by default the last unit is left gathered, as TorchTitan leaves its
 last block). --keep-grads: zero_grad(set_to_none=False), gradient shards kept between steps.
 """
+import ctypes
 import json
 import os
 import sys
@@ -40,8 +44,23 @@ def local_bytes(t):
     return t.numel() * t.element_size()
 
 
-def step_peak_bytes(step, held):
-    """`held` plus the highest running sum of the profiler's allocation events during `step()`."""
+def heap_counter():
+    """benchmarks/heap_counter.c's functions when this process runs under it (LD_PRELOAD), or None."""
+    lib = ctypes.CDLL(None)
+    if not hasattr(lib, "heap_counter_live"):
+        return None
+    lib.heap_counter_live.restype = lib.heap_counter_peak.restype = ctypes.c_int64
+    return lib
+
+
+def step_peak_bytes(step, held, heap):
+    """`held` plus the most `step()` allocated on top of what was live when it began: counted by the
+    heap counter when there is one, else the highest running sum of the profiler's memory events."""
+    if heap is not None:
+        start = heap.heap_counter_live()
+        heap.heap_counter_reset_peak()
+        step()
+        return held + heap.heap_counter_peak() - start
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
@@ -78,6 +97,12 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, reshard, keep_gr
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
+    gen = torch.Generator().manual_seed(42)
+    size = 32 * batch
+    inputs = torch.randn(size, 784, generator=gen)
+    labels = torch.randint(0, 10, (size,), generator=gen)
+    heap = heap_counter()
+    before_model = heap.heap_counter_live() if heap is not None else None
     torch.manual_seed(42)
     model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
                           nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
@@ -88,10 +113,6 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, reshard, keep_gr
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard and i < len(layers) - 1)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    gen = torch.Generator().manual_seed(42)
-    size = 32 * batch
-    inputs = torch.randn(size, 784, generator=gen)
-    labels = torch.randint(0, 10, (size,), generator=gen)
     loss_fn = nn.CrossEntropyLoss()
     perm = None
 
@@ -115,9 +136,11 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, reshard, keep_gr
     held = sum(local_bytes(p) for p in model.parameters())
     held += sum(local_bytes(p.grad) for p in model.parameters() if p.grad is not None)
     held += sum(local_bytes(v) for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
-    peak = step_peak_bytes(lambda: step(warmup + steps), held)
+    between = heap.heap_counter_live() - before_model if heap is not None else None
+    peak = step_peak_bytes(lambda: step(warmup + steps), held, heap)
     if rank == 0:
-        queue.put({"step_ms": times, "peak_bytes": peak, "held_bytes": held})
+        queue.put({"step_ms": times, "peak_bytes": peak, "held_bytes": held,
+                   "peak_method": "heap counter" if heap is not None else "profiler", "between_steps_bytes": between})
     dist.barrier()
     dist.destroy_process_group()
 
