@@ -1,8 +1,11 @@
 #include "collectives/comm_thread.h"
 
+#include "devices/counting_allocator.h"
+
 namespace ddpbench {
 
-CommThread::CommThread(bool inline_jobs) : inline_jobs_(inline_jobs) {
+CommThread::CommThread(bool inline_jobs)
+    : inline_jobs_(inline_jobs), memory_device_(CpuMemoryCounter::current_device()) {
   if (!inline_jobs_) thread_ = std::thread([this] { loop(); });
 }
 
@@ -67,6 +70,7 @@ void CommThread::drain() {
 }
 
 void CommThread::loop() {
+  CpuMemoryCounter::DeviceScope device(memory_device_);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });

@@ -2,7 +2,9 @@
 // One thread that runs communication jobs in the order they are posted. A ring of Gloo send/recv
 // (shard_collectives.h) blocks the thread that runs it; posted here from a gradient hook, it runs
 // while backward goes on, as an NCCL collective runs on its own stream. Every rank posts the same
-// jobs in the same order, so the collectives inside them match up.
+// jobs in the same order, so the collectives inside them match up. What a job allocates on a CPU
+// is counted against the virtual device of the thread that made the CommThread (a rank's device),
+// as it would be on that rank's GPU.
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -35,6 +37,7 @@ class CommThread {
   void loop();
 
   bool inline_jobs_;
+  int memory_device_;  // CpuMemoryCounter's device of the constructing thread
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::function<void()>> jobs_;

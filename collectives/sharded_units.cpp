@@ -239,17 +239,27 @@ void ShardedUnits::before_backward(std::size_t u) {
   if (units_[previous].held == Held::Freed && units_[previous].pending > 0) post_gather(previous);
 }
 
-torch::Tensor ShardedUnits::gradient_view(Unit& unit, std::size_t slot) {
-  if (!unit.flat_grads.defined()) {
-    // Every parameter's slot is written this step (its gradient, or zeros for one that got none), so
-    // only the padding needs zeroing: it must add nothing to the sums.
-    unit.flat_grads = torch::empty({unit.numel}, unit.shard.options());
-    const auto& last = parameters_[unit.params.back()];
-    const std::int64_t used = unit.offsets.back() + last.numel();
-    unit.flat_grads.narrow(0, used, unit.numel - used).zero_();
+void ShardedUnits::move_gradient_in(Unit& unit, std::size_t slot) {
+  torch::NoGradGuard no_grad;
+  auto& p = parameters_[unit.params[slot]];
+  auto view = unit.flat_grads.narrow(0, unit.offsets[slot], p.numel()).view(p.sizes());
+  if (ready_[unit.params[slot]] && p.grad().defined()) {
+    at::mul_out(view, p.grad(), scale_);  // copy, weight and (bf16) widen in one pass
+    p.mutable_grad() = torch::Tensor();   // the unit's buffer holds it now: autograd's copy is freed
+  } else {
+    view.zero_();  // a parameter with no gradient yet (the root's) or none this backward adds nothing
   }
-  const auto& p = parameters_[unit.params[slot]];
-  return unit.flat_grads.narrow(0, unit.offsets[slot], p.numel()).view(p.sizes());
+}
+
+void ShardedUnits::fill_gradient_buffer(std::size_t u) {
+  auto& unit = units_[u];
+  // Every parameter's slot is written below, so only the padding needs zeroing: it must add nothing
+  // to the sums.
+  unit.flat_grads = torch::empty({unit.numel}, unit.shard.options());
+  const auto& last = parameters_[unit.params.back()];
+  const std::int64_t used = unit.offsets.back() + last.numel();
+  unit.flat_grads.narrow(0, used, unit.numel - used).zero_();
+  for (std::size_t s = 0; s < unit.params.size(); ++s) move_gradient_in(unit, s);
 }
 
 void ShardedUnits::on_gradient_ready(std::size_t param) {
@@ -258,19 +268,24 @@ void ShardedUnits::on_gradient_ready(std::size_t param) {
   ready_[param] = 1;
   const auto u = unit_of_[param];
   auto& unit = units_[u];
-  auto& p = parameters_[param];
-  {
-    torch::NoGradGuard no_grad;
-    auto view = gradient_view(unit, slot_of_[param]);
-    at::mul_out(view, p.grad(), scale_);  // copy, weight and (bf16) widen in one pass
+  // Autograd's gradient stays the parameter's .grad until the unit's last one has come. Then the
+  // unit's full parameters go first and its gradient buffer is made after, as FSDP2's post-backward
+  // does, so a unit's parameters, its gradients and its buffer are never whole at once (copying each
+  // gradient as it came held all three at the unit's last one). The root's parameters stay for the
+  // whole step, so its gradients are copied as they come, one at a time beside its buffer.
+  if (unit.root) {
+    if (!unit.flat_grads.defined()) {
+      fill_gradient_buffer(u);  // this gradient, and zeros in the slots of those still to come
+    } else {
+      move_gradient_in(unit, slot_of_[param]);
+    }
   }
-  p.mutable_grad() = torch::Tensor();  // the unit's buffer holds it now: autograd's copy is freed
-  if (--unit.pending == 0 && options_.overlap) {
-    // Its backward is done: the full parameters go (the root's stay until the step ends), before
-    // the reduce-scatter allocates its output, so the two never add up.
-    if (!unit.root && unit.held == Held::Gathered) free_full(u);
-    launch_reduce_scatter(u);
+  if (--unit.pending > 0) return;
+  if (!unit.root) {
+    if (unit.held == Held::Gathered) free_full(u);
+    fill_gradient_buffer(u);
   }
+  if (options_.overlap) launch_reduce_scatter(u);
 }
 
 void ShardedUnits::launch_reduce_scatter(std::size_t u) {
@@ -278,11 +293,10 @@ void ShardedUnits::launch_reduce_scatter(std::size_t u) {
   unit.launched = true;
   auto range = phases_ ? phases_->begin_async("reduce_scatter") : PhaseRecorder::AsyncRange{};
   comm_.post([this, &unit, u, range] {
-    // This rank's gradient chunk is allocated here, just before the collective. On the
-    // communication thread that is mostly after the hook that posted the job has returned; inside
-    // that hook autograd still holds the unit's last gradient, and the chunk would add to it and to
-    // the unit's buffer at their peak (FSDP2 frees a unit's gradients before it allocates the
-    // reduce-scatter's output).
+    // This rank's gradient chunk is allocated here, just before the collective: on the
+    // communication thread that is mostly after the hook that posted the job has returned and freed
+    // autograd's copies of the unit's gradients (FSDP2 too allocates the reduce-scatter's output
+    // after the unit's gradients are in its input).
     if (!unit.grad_shard.defined()) {
       unit.grad_shard = torch::empty({unit.shard.numel()}, unit.shard.options());
       unit.shard.mutable_grad() = unit.grad_shard;
@@ -298,13 +312,14 @@ torch::Tensor ShardedUnits::finish_backward() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!armed_) throw std::logic_error("ShardedUnits::finish_backward without begin_step");
-    torch::NoGradGuard no_grad;
-    // A parameter that took no part in this backward still owes its unit a (zero) gradient.
-    for (std::size_t k = 0; k < parameters_.size(); ++k) {
-      if (ready_[k]) continue;
-      auto& unit = units_[unit_of_[k]];
-      gradient_view(unit, slot_of_[k]).zero_();
-      --unit.pending;
+    // A unit with a parameter that took no part in this backward is filled now: its gradients so far,
+    // zeros for the rest.
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      auto& unit = units_[u];
+      if (unit.pending == 0) continue;
+      unit.pending = 0;
+      if (!unit.root && unit.held == Held::Gathered) free_full(u);
+      if (!unit.root || !unit.flat_grads.defined()) fill_gradient_buffer(u);
     }
     // Units not launched yet, in unit order (the same on every rank): all of them with --no-overlap.
     for (std::size_t u = 0; u < units_.size(); ++u)

@@ -84,7 +84,8 @@ class ShardedUnits {
   std::vector<torch::Tensor> gather_full_parameters();
 
   // Bytes of full parameter buffers held now (0 between steps) and gradient bytes held (the chunks'
-  // gradients; a unit's full gradient buffer only from its first gradient to its reduce-scatter).
+  // gradients; a unit's full gradient buffer only from its last gradient to its reduce-scatter;
+  // autograd's gradients of a unit still in backward are not counted).
   std::int64_t full_parameter_bytes_held() const;
   std::int64_t gradient_bytes_held() const;
   // The padded units' bytes in the chunks' dtype.
@@ -103,7 +104,8 @@ class ShardedUnits {
     torch::Tensor shard;                // this rank's chunk, a tensor of its own (the optimizer's)
     torch::Tensor grad_shard;           // its reduced gradient, the shard's .grad; none from
                                         // free_gradients() to its reduce-scatter
-    torch::Tensor flat_grads;           // padded, chunks' dtype: from its first gradient to its reduce-scatter
+    torch::Tensor flat_grads;           // padded, chunks' dtype: from its last gradient (the root's:
+                                        // its first) to its reduce-scatter
     Held held = Held::Freed;
     std::uint64_t gather_ticket = 0;
     std::int64_t pending = 0;           // gradients still to come this step
@@ -118,7 +120,8 @@ class ShardedUnits {
   void free_full(std::size_t unit);
   void on_gradient_ready(std::size_t param);
   void launch_reduce_scatter(std::size_t unit);
-  torch::Tensor gradient_view(Unit& unit, std::size_t slot);
+  void fill_gradient_buffer(std::size_t unit);  // allocates flat_grads and moves the unit's gradients in
+  void move_gradient_in(Unit& unit, std::size_t slot);  // autograd's gradient into the buffer, or zeros
 
   std::vector<torch::Tensor> parameters_;
   ProcessGroupContext& group_;

@@ -2,7 +2,8 @@
 // each rank's chunks, with every unit gathered around its forward and backward, are the
 // single-process steps on the whole batch (world 2, 3 and 4, units that need padding, resharding
 // after forward or not, prefetch or not); between steps no full parameter is held; the all-gathered
-// bytes are twice the units' with resharding after forward and once without.
+// bytes are twice the units' with resharding after forward and once without; a unit's parameters, its
+// gradients and its gradient buffer are never whole at once (the step's peak, counted per rank).
 #include <gtest/gtest.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/linear.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "collectives/sharded_units.h"
+#include "devices/counting_allocator.h"
 #include "distributed/process_group.h"
 #include "tests/support/gloo_ranks.h"
 
@@ -187,6 +189,63 @@ TEST(ShardedUnits, AllGathersEachUnitTwiceAStepWhenReshardedAfterForwardAndOnceW
       EXPECT_GT(o.traffic.all_gather_seconds, 0);
       EXPECT_GT(o.traffic.reduce_scatter_seconds, 0);
     }
+  }
+}
+
+// Two units of one 1024x1024 float32 weight each (U = 4 MiB), world 2, resharding after forward,
+// prefetch and overlap on. In unit 1's backward unit 0 is prefetched beside it; in unit 0's backward
+// unit 1's reduce-scatter may still be in flight (its buffer U and its chunk U/2). A unit's own
+// parameters, gradients and gradient buffer take 2U at most, if the parameters are freed before the
+// buffer is made: the peak above what the rank holds before the step is then at most 3U + U/2.
+// Copying each gradient into the buffer as it comes (the parameters still whole) peaks at 4U, in
+// unit 1's backward.
+TEST(ShardedUnits, AUnitsParametersGradientsAndGradientBufferAreNeverWholeAtOnce) {
+  CpuMemoryCounter::install();
+  constexpr int kWorld = 2;
+  constexpr std::int64_t kFeatures = 1024, kUnitBytes = kFeatures * kFeatures * 4;
+  std::vector<std::int64_t> step_peak(kWorld, -1);
+  on_gloo_ranks(kWorld, [&](ProcessGroupContext& group) {
+    const int r = group.rank();
+    const int device = 10 + r;  // a virtual device of each rank's own; its CommThread inherits it
+    CpuMemoryCounter::DeviceScope scope(device);
+    torch::manual_seed(7);
+    torch::nn::Linear first(torch::nn::LinearOptions(kFeatures, kFeatures).bias(false));
+    torch::nn::Linear second(torch::nn::LinearOptions(kFeatures, kFeatures).bias(false));
+    std::vector<torch::Tensor> parameters{first->weight, second->weight};
+    ShardedUnits units(parameters, {{0}, {1}}, group, {});
+    const auto x = torch::randn({6, kFeatures}), y = torch::randn({6, kFeatures});
+    auto step = [&] {
+      units.free_gradients();
+      units.begin_step(1.0 / kWorld, nullptr);
+      auto run_unit = [&](std::size_t u, torch::nn::Linear& layer, const torch::Tensor& input) {
+        units.before_forward(u);
+        auto output = layer->forward(input);
+        units.after_forward(u);
+        output.register_hook([&units, u](const torch::Tensor&) { units.before_backward(u); });
+        return output;
+      };
+      const auto h = run_unit(0, first, x).tanh();
+      auto loss = torch::nn::functional::mse_loss(run_unit(1, second, h), y);
+      units.set_loss(loss.detach() / kWorld);
+      loss.backward();
+      units.finish_backward();
+    };
+    step();  // the first step's one-off allocations
+    units.free_gradients();
+    group.barrier("before the measured step");
+    if (r == 0) CpuMemoryCounter::reset_peaks();
+    group.barrier("peaks reset");
+    const std::int64_t held = CpuMemoryCounter::current_bytes(device);
+    step();
+    step_peak[static_cast<std::size_t>(r)] = CpuMemoryCounter::peak_bytes(device) - held;
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const auto peak = step_peak[static_cast<std::size_t>(r)];
+    EXPECT_GE(peak, 2 * kUnitBytes) << "a unit and its gradient at least";
+    // Activations and the loss: a few batches of 6 x 1024 floats, well under 1 MiB.
+    EXPECT_LE(peak, 3 * kUnitBytes + kUnitBytes / kWorld + (1 << 20))
+        << "peak above what is held: " << peak / (1 << 20) << " MiB, units of " << kUnitBytes / (1 << 20) << " MiB";
   }
 }
 
