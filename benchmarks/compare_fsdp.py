@@ -14,7 +14,7 @@ fsdp frees its gradient chunks as each step begins, docs/how-it-measures.md); th
 
 Rounds are interleaved (benchmarks/interleave.py), each run fresh rank processes; a run's figures
 are rank 0's mean step time and its peak bytes (ddpbench: device 0's peak_allocated_bytes; the peer:
-one step under torch.profiler's memory events, on top of what it holds between steps).
+every thread's malloc counted by benchmarks/heap_counter.c, preloaded).
 
     benchmarks/compare_fsdp.py [--rounds 5] [--steps 20] [--warmup 5] [--batch 128] [--world 2]
 """
@@ -24,7 +24,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.interleave import ddpbench_case, parser, report, run_rounds  # noqa: E402
+from benchmarks.interleave import ddpbench_case, parser, peer_environment, report, run_rounds  # noqa: E402
 
 import json  # noqa: E402
 import subprocess  # noqa: E402
@@ -48,7 +48,7 @@ def main():
         return run
 
     heap_dir = tempfile.TemporaryDirectory()
-    env = dict(os.environ)
+    env = peer_environment()
     counter = build_heap_counter(heap_dir.name)
     if counter:
         env["LD_PRELOAD"] = counter

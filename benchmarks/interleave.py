@@ -37,9 +37,22 @@ def ddpbench_mlp_step_ms(args, strategy, world, threads, extra=()):
                                          "--warmup", str(args.warmup)] + list(extra))
 
 
+# ddpbench keeps freed CPU buffers of up to 32 MiB for reuse (mallopt in devices/counting_allocator.cpp,
+# as a GPU's caching allocator keeps its blocks); a peer gets the same glibc settings, so neither side
+# pays page faults the other does not (glibc 2.41 returns large freed blocks to the kernel otherwise).
+MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+
+
+def peer_environment(base=None):
+    """The environment a peer runs in: `base` (os.environ) with ddpbench's malloc settings."""
+    env = dict(os.environ if base is None else base)
+    env["GLIBC_TUNABLES"] = ":".join(t for t in (env.get("GLIBC_TUNABLES"), MALLOC_TUNABLES) if t)
+    return env
+
+
 def tool_step_ms(cmd):
     """Mean step time (ms) of a peer that prints {"step_ms": [...]} on stdout."""
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=peer_environment()).stdout
     return statistics.fmean(json.loads(out)["step_ms"])
 
 

@@ -2,6 +2,10 @@
 
 #include <c10/core/CPUAllocator.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -18,6 +22,20 @@ struct DeviceCounter {
 DeviceCounter g_counters[CpuMemoryCounter::kMaxDevices];
 thread_local int t_device = 0;
 std::atomic<bool> g_installed{false};
+
+// Freed CPU buffers stay in the process for the next allocation of their size, as a GPU's caching
+// allocator keeps its blocks. glibc otherwise returns every freed block above its mmap threshold to
+// the kernel, and fsdp, which frees and allocates each unit's full buffers every step, then touches
+// fresh pages every step: with trixie's glibc 2.41 and LibTorch 2.6, mlp under fsdp at world 2 took
+// 110-180 ms a step instead of 25 on the development VM, page faults, not the strategy. Buffers of
+// up to 32 MiB (glibc's largest threshold) come from the heap, which is not trimmed below 1 GiB.
+// The peer benchmarks give PyTorch the same settings (benchmarks/interleave.py).
+void keep_freed_buffers_for_reuse() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
 
 void add_bytes(int device, std::int64_t bytes) {
   auto& c = g_counters[device];
@@ -68,6 +86,7 @@ class CountingCpuAllocator final : public compat::WrappingAllocator {
 void CpuMemoryCounter::install() {
   static std::once_flag once;
   std::call_once(once, [] {
+    keep_freed_buffers_for_reuse();
     static CountingCpuAllocator allocator(c10::GetCPUAllocator());
     // Priority above LibTorch's default registration, so it is not replaced behind our back.
     c10::SetCPUAllocator(&allocator, /*priority=*/100);
