@@ -69,7 +69,10 @@ void DataParallelStrategy::reduce_gradients() {
 }
 
 torch::Tensor DataParallelStrategy::do_step(const Batch& batch, PhaseRecorder& phases) {
-  set_gradients_to_none(*optimizer_);  // the master's, from the last step (strategy.h)
+  {  // the master's gradients, from the last step: zero_grad, optimizer work (strategy.h)
+    auto zero_grad = phases.scope(Phase::Optimizer);
+    set_gradients_to_none(*optimizer_);
+  }
   {
     auto scope = phases.scope(Phase::Replicate);
     replicate();

@@ -100,7 +100,10 @@ class DdpStrategy final : public Strategy {
   }
 
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
-    bucketer_->zero_grad();  // the last step's gradients, kept until now (strategy.h)
+    {  // the last step's gradients, kept until now: zero_grad, optimizer work (strategy.h)
+      auto zero_grad = phases.scope(Phase::Optimizer);
+      bucketer_->zero_grad();
+    }
     const auto [loss, share] = rank_forward(batch, *workload_, *model_, device_, *group_,
                                             broadcast_buffers_ ? buffers_ : std::vector<torch::Tensor>{}, precision_,
                                             global_batch_, phases);

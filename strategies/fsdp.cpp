@@ -75,7 +75,10 @@ class FsdpStrategy final : public Strategy, private UnitCallHooks {
       auto scope = phases.scope(Phase::Replicate);
       group_->broadcast_from_rank0(buffers_, "broadcast of rank 0's buffers");
     }
-    units_->free_gradients();  // the last step's chunks, kept until now (strategy.h)
+    {  // the last step's chunks, kept until now: zero_grad, optimizer work (strategy.h)
+      auto zero_grad = phases.scope(Phase::Optimizer);
+      units_->free_gradients();
+    }
     const double share = static_cast<double>(batch.inputs.size(0)) / static_cast<double>(global_batch_);
     units_->begin_step(share, &phases);
     const auto forward = rank_forward(batch, *workload_, *model_, device_, *group_, /*broadcast_buffers=*/{}, precision_,

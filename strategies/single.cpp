@@ -21,7 +21,10 @@ class SingleStrategy final : public Strategy {
 
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
     torch::Tensor inputs, targets, loss;
-    set_gradients_to_none(*optimizer_);  // the last step's, kept until now (strategy.h)
+    {  // the last step's, kept until now: zero_grad, optimizer work (strategy.h)
+      auto zero_grad = phases.scope(Phase::Optimizer);
+      set_gradients_to_none(*optimizer_);
+    }
     {
       auto scope = phases.scope(Phase::Data);
       inputs = batch.inputs.to(device_, /*non_blocking=*/true);

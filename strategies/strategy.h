@@ -153,8 +153,9 @@ class Strategy {
   void setup(const StrategySetup& setup);
   // One training step on `batch`; returns the step's loss over the global batch (a detached scalar).
   // Marks its phases on `phases`; the harness times the whole step around it. A step begins by
-  // setting the last step's gradients to none (PyTorch 2's zero_grad(), set_to_none=True; in no
-  // phase, so that each phase stays one span a step), so they are held between steps, where
+  // setting the last step's gradients to none (PyTorch 2's zero_grad(), set_to_none=True), timed as
+  // optimizer work, as PyTorch's profiler shows zero_grad: the optimizer phase is two spans a step,
+  // and freeing large gradients is not left out of every phase. So they are held between steps, where
   // held_tensors() counts them, and not through the next forward; what a strategy's communication keeps (ddp's buckets, zero1's full
   // gradient buffers) lives on, as in PyTorch's DDP.
   torch::Tensor step(const Batch& batch, PhaseRecorder& phases) { return do_step(batch, phases); }

@@ -49,7 +49,10 @@ class ZeroStrategy final : public Strategy {
   }
 
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
-    shards_->free_gradients();  // stage 2: the last step's chunks, kept until now (strategy.h)
+    {  // stage 2: the last step's chunks, kept until now: zero_grad, optimizer work (strategy.h)
+      auto zero_grad = phases.scope(Phase::Optimizer);
+      shards_->free_gradients();
+    }
     // As ddp: rank 0's buffers are the truth, broadcast before every forward.
     const auto [loss, share] =
         rank_forward(batch, *workload_, *model_, device_, *group_, buffers_, precision_, global_batch_, phases);
