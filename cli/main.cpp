@@ -338,6 +338,9 @@ int run(const std::vector<std::string>& args) {
     runner.set_rank_launcher(&*launcher);
   }
 
+  // From the header on, a signal stops the run and keeps what it measured (nothing, this early): the
+  // header tells a user, and a test, that a Ctrl-C no longer just kills the process.
+  on_stop_signals(on_stop_signal);
   std::cout << "ddpbench: " << cmd.runner.workloads.size() << " workload(s) x " << cmd.runner.strategies.size()
             << " strategy(ies) on " << describe(devices) << "; " << describe_sampling(cmd.runner) << '\n'
             << std::flush;
@@ -374,7 +377,6 @@ int run(const std::vector<std::string>& args) {
     std::fflush(stdout);
     std::_Exit(json && json->failure() ? json_write_failed(*json) : 130);
   });
-  on_stop_signals(on_stop_signal);
   const RunRecord record = runner.run();
   if (json && json->failure()) return json_write_failed(*json);
   if (cmd.json_path) std::cout << "results: " << *cmd.json_path << '\n';

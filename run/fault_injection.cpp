@@ -1,5 +1,6 @@
 #include "run/fault_injection.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "distributed/process_group.h"
@@ -9,6 +10,11 @@ namespace ddpbench {
 bool should_hang(const std::string& case_name) {
   const char* target = std::getenv("DDPBENCH_FAULT_HANG");
   return target != nullptr && case_name == target;
+}
+
+void announce_injected_hang(const std::string& case_name) {
+  std::fprintf(stderr, "ddpbench: injected fault: %s hangs now\n", case_name.c_str());
+  std::fflush(stderr);
 }
 
 std::string rank_fault(const ProcessGroupContext* group, int repetition) {

@@ -73,7 +73,8 @@ RepetitionRecord measure_repetition(CaseBuilder& builder, StepListener& listener
   torch::Tensor loss;
 
   const std::string fault = rank_fault(group, index);
-  const bool hang = should_hang(name) || fault == "hang";
+  const bool case_hangs = should_hang(name);
+  const bool hang = case_hangs || fault == "hang";
   auto one_step = [&] {
     if (stop_requested()) throw StopRequested();
     const auto began = std::chrono::steady_clock::now();
@@ -119,6 +120,7 @@ RepetitionRecord measure_repetition(CaseBuilder& builder, StepListener& listener
   for (int i = 0; i < options.steps; ++i) {
     phases.set_step(options.warmup + i);
     const auto start = std::chrono::steady_clock::now();
+    if (case_hangs) announce_injected_hang(name);
     while (hang) std::this_thread::sleep_for(std::chrono::seconds(1));  // injected fault
     if (fault == "kill") raise(SIGKILL);                                 // injected fault
     one_step();

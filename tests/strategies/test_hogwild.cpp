@@ -428,7 +428,7 @@ TEST(HogwildProcessesRun, SigtermToTheParentEndsEveryWorker) {
   const auto marker = testing::unique_marker();
   const auto shm_before = hogwild_shared_memory();
   const auto r = run_process(hogwild_run(dir.file("r.json"), {"--hogwild-mode", "processes", "--steps", "2000"}), 3000,
-                             {marker}, SIGTERM);
+                             {marker}, SIGTERM, testing::kRunHasBegun);
   EXPECT_EQ(r.exit_code, 130) << r.err;
   EXPECT_TRUE(testing::processes_with(testing::marker_text(marker)).empty()) << "a worker outlived the parent";
   EXPECT_EQ(hogwild_shared_memory(), shm_before);
@@ -439,9 +439,10 @@ TEST(HogwildProcessesRun, ASignalWhileWorkersStartEndsTheRunWithinTwoSeconds) {
   ScratchDir dir;
   const auto marker = testing::unique_marker();
   const auto r = run_process(hogwild_run(dir.file("r.json"), {"--hogwild-mode", "processes", "--timeout", "60"}),
-                             /*kill_after_ms=*/3000, {{"DDPBENCH_FAULT_WORKER", "1:hang-start"}, marker}, SIGTERM);
+                             /*kill_after_ms=*/3000, {{"DDPBENCH_FAULT_WORKER", "1:hang-start"}, marker}, SIGTERM,
+                             testing::kRunHasBegun);
   EXPECT_EQ(r.exit_code, 130) << r.err;
-  EXPECT_LT(r.seconds_after_signal, 2.0);
+  EXPECT_LT(r.seconds_after_signal, testing::kSecondsASignalEndsARunWithin);
   EXPECT_TRUE(processes_gone(marker)) << "a worker outlived the run";
 }
 
