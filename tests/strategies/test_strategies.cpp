@@ -180,8 +180,8 @@ TEST(CaseMemory, ASmallCaseAfterALargeOneHasItsOwnPeak) {
 
 // gpt2 is left out of the suite above for its size; here every strategy runs it once, at 8 tokens a
 // sample, and computes single's steps (hogwild: its loss). One test a strategy, as the suite above:
-// each case of a 124M-parameter model takes 20-35 s under the sanitizers, and eight of them in one
-// test outlived CTest's 600 s beside the rest of the suite.
+// each case of a 124M-parameter model took 20-35 s alone under the sanitizers on the 2-core VM and
+// 25-55 s in a CI run, and eight of them in one test outlived CTest's 600 s beside the rest.
 class Gpt2UnderEveryStrategy : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Gpt2UnderEveryStrategy, MatchesSingle) {
