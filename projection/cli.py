@@ -20,9 +20,9 @@ import os
 import sys
 
 from projection import model, network
-from reports import files, results
+from reports import files, projection_file, results
 from reports.args import EXIT_BAD_INPUT, OneLineParser
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = projection_file.SCHEMA_VERSION  # what the report reads back (reports/projection_file.py)
 
 
 def _worlds(text):
@@ -99,86 +99,12 @@ def format_table(projections, net, scaling, source):
     return "\n".join(lines)
 
 
-def chart(projections, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    matplotlib.rcParams["text.parse_math"] = False
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    series = {}
-    for p in projections:
-        if p.status == "projected" and p.scaling_efficiency is not None:
-            series.setdefault(f"{p.workload}/{p.strategy}", []).append((p.world, p.scaling_efficiency * 100))
-    for label, points in series.items():
-        points.sort()
-        ax.plot([w for w, _ in points], [e for _, e in points], marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("world size (ranks)")
-    ax.set_ylabel("scaling efficiency, % (projected)")
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    if series:
-        ax.legend(fontsize=8)
-    ax.set_title("Projected scaling efficiency")
-    fig.tight_layout()
-    tmp = path + f".tmp{os.getpid()}.png"
-    try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def to_json(projections, net, scaling, source, worlds, device_memory=None):
     return {"ddpbench_projection": SCHEMA_VERSION, "source": source, "worlds": worlds, "scaling": scaling,
             "network": net.to_json(), "network_sources": net.sources, "assumptions_text": net.describe(),
             "device_memory_bytes": device_memory,
             "fit": model.fit_answers(projections, device_memory) if device_memory else [],
             "projections": [p.to_json() for p in projections]}
-
-
-def is_projection_file(path):
-    """True for what `ddpbench-project --json` wrote (ddpbench-report takes those too)."""
-    try:
-        head = files.read_regular_file(path)[:4096]
-    except OSError:
-        return False  # not a file the report can read: results.load says why
-    return b'"ddpbench_projection"' in head
-
-
-def load_projection_file(path):
-    """(document, [model.Projection]) of a `--json` file, every field the report reads checked;
-    anything else is a results.ResultsError naming the file and the field."""
-    try:
-        doc = json.loads(files.read_regular_file(path).decode("utf-8"), parse_constant=results._refuse_constant)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, results.ResultsError, RecursionError) as e:
-        raise results.ResultsError(f"{path}: not a readable projection file: {str(e).splitlines()[0] if str(e) else e}")
-    if not isinstance(doc, dict) or doc.get("ddpbench_projection") != SCHEMA_VERSION or not isinstance(
-            doc.get("projections"), list):
-        raise results.ResultsError(f"{path}: not a projection file of version {SCHEMA_VERSION}")
-    out = []
-    kinds = {"workload": str, "strategy": str, "status": str, "world": int, "nodes": int, "from_case": str}
-    numbers = ("step_ms", "samples_per_second", "scaling_efficiency", "comm_ms", "exposed_comm_ms",
-               "memory_per_device_bytes")
-    for i, p in enumerate(doc["projections"]):
-        if not isinstance(p, dict):
-            raise results.ResultsError(f"{path}: projections[{i}] is not an object")
-        for key, kind in kinds.items():
-            if not isinstance(p.get(key), kind) or isinstance(p.get(key), bool):
-                raise results.ResultsError(f"{path}: projections[{i}].{key} should be {kind.__name__}")
-        for key in numbers:
-            v = p.get(key)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                                  or v < 0 or v > results.LARGEST):
-                raise results.ResultsError(f"{path}: projections[{i}].{key} is {v!r}, not a usable number")
-        out.append(model.Projection(**{k: p.get(k) for k in list(kinds) + list(numbers)},
-                                   algorithms=[str(a) for a in p.get("algorithms") or [] if isinstance(a, str)]))
-    texts = doc.get("assumptions_text")
-    doc["assumptions_text"] = [t for t in texts if isinstance(t, str)] if isinstance(texts, list) else []
-    return doc, out
 
 
 def _check_output(flag, path, inputs):
@@ -257,7 +183,7 @@ def main(argv=None):
                                                                 args.world, args.device_memory), indent=1) + "\n")
         flag, path = "--chart", args.chart
         if args.chart:
-            chart(projections, args.chart)
+            projection_file.chart(projections, args.chart)
     except OSError as e:
         print(f"ddpbench-project: {flag} {path}: cannot write: {e.strerror or e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -24,7 +24,7 @@ matplotlib.use("Agg")
 matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 
-from . import results, stats  # noqa: E402
+from . import projection_file, results, stats  # noqa: E402
 
 PHASE_ORDER = ["data", "replicate", "scatter", "forward", "gather_loss", "backward", "reduce", "comm_exposed",
                "reduce_scatter_exposed", "all_gather_exposed",
@@ -474,10 +474,9 @@ def _is_report_file(name):
 
 def _draw(paths, staging):
     """Draws the whole report into `staging`; returns the page's name and the charts' names there."""
-    from projection import cli as projection_cli  # the report draws what ddpbench-project wrote
-    projections = [(os.path.basename(p),) + projection_cli.load_projection_file(p) for p in paths
-                   if projection_cli.is_projection_file(p)]
-    loaded = [(os.path.basename(p), results.load(p)) for p in paths if not projection_cli.is_projection_file(p)]
+    projections = [(os.path.basename(p),) + projection_file.load(p) for p in paths
+                   if projection_file.is_projection_file(p)]
+    loaded = [(os.path.basename(p), results.load(p)) for p in paths if not projection_file.is_projection_file(p)]
     docs = [(s, d) for s, d in loaded if not results.is_micro(d)]
     micro_docs = [(s, d) for s, d in loaded if results.is_micro(d)]
     cases = collect_cases(docs)
@@ -491,7 +490,7 @@ def _draw(paths, staging):
         charts.append(("Micro-benchmarks", micro_chart))
     for i, (source, _, items) in enumerate(projections):
         path = os.path.join(staging, f"projection{i if i else ''}.png")
-        projection_cli.chart(items, path)
+        projection_file.chart(items, path)
         charts.append((f"Projected scaling efficiency: {source}", path))
     page = render_html(docs, cases, charts)
     if projections:

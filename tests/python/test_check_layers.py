@@ -18,18 +18,33 @@ def layer_folders(root):
     with open(os.path.join(root, "LAYERS"), encoding="utf-8") as f:
         for line in f:
             line = line.split("#", 1)[0].strip()
-            if line and not line.startswith("seam ") and ":" in line:
+            if line and not line.startswith(("seam ", "python ")) and ":" in line:
                 folders.append(line.split(":", 1)[0].strip())
     return folders
 
 
+def python_packages(root):
+    with open(os.path.join(root, "LAYERS"), encoding="utf-8") as f:
+        return [line.split(":", 1)[0].split()[1] for line in f if line.startswith("python ")]
+
+
+def copy_python_packages(root, to):
+    """The .py files of the Python packages LAYERS lists, into `to` (beside whatever is there)."""
+    def not_python(directory, names):
+        return [n for n in names if n == "__pycache__" or
+                (not n.endswith(".py") and not os.path.isdir(os.path.join(directory, n)))]
+    for package in python_packages(root):
+        shutil.copytree(os.path.join(root, package), to / package, dirs_exist_ok=True, ignore=not_python)
+
+
 @pytest.fixture
 def tree(tmp_path):
-    """A copy of the checkout's C++ folders, their READMEs and LAYERS."""
+    """A copy of the checkout's C++ folders, their READMEs, the Python packages and LAYERS."""
     shutil.copy(os.path.join(ROOT, "LAYERS"), tmp_path / "LAYERS")
     keep = shutil.ignore_patterns("__pycache__", "*.py", "*.json", "*.png", "*.html", "*.pt")
     for folder in layer_folders(ROOT):
         shutil.copytree(os.path.join(ROOT, folder), tmp_path / folder, ignore=keep)
+    copy_python_packages(ROOT, tmp_path)
     return tmp_path
 
 
@@ -127,3 +142,58 @@ def test_malformed_layers_is_exit_two_in_one_line(tree):
     assert r.returncode == 2
     assert r.stdout == ""
     assert r.stderr.count("\n") == 1 and "LAYERS:" in r.stderr
+
+
+# ---- the Python packages' layers ---------------------------------------------------------------
+
+@pytest.fixture
+def py_tree(tmp_path):
+    """A copy of LAYERS and of the Python packages it lists, their .py files only."""
+    shutil.copy(os.path.join(ROOT, "LAYERS"), tmp_path / "LAYERS")
+    assert {"reports", "projection"} <= set(python_packages(ROOT))
+    copy_python_packages(ROOT, tmp_path)
+    for folder in layer_folders(ROOT):  # LAYERS names the C++ folders too; empty ones hold nothing to check
+        os.makedirs(tmp_path / folder, exist_ok=True)
+    return tmp_path
+
+
+def test_the_python_packages_copy_follows_them(py_tree):
+    r = check(py_tree)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_late_import_of_a_package_above_is_refused(py_tree):
+    # What reports/report.py did: a function that imported projection, while projection imports reports.
+    report = py_tree / "reports" / "report.py"
+    lines = report.read_text().count("\n")
+    append(report, "def _late():\n    from projection import cli  # noqa\n")
+    r = check(py_tree)
+    assert r.returncode == 1
+    assert (f"reports/report.py:{lines + 2}: python package reports may not import projection" in r.stdout), r.stdout
+
+
+def test_plain_and_dotted_imports_are_seen_and_others_are_not(py_tree):
+    stats = py_tree / "reports" / "stats.py"
+    append(stats, "import os, json as j\nimport matplotlib.pyplot as plt\n")
+    assert check(py_tree).returncode == 0
+    append(stats, "import json, projection.model as m\n")
+    r = check(py_tree)
+    assert r.returncode == 1
+    assert "python package reports may not import projection" in r.stdout
+
+
+def test_a_relative_import_that_leaves_the_package_is_refused(py_tree):
+    append(py_tree / "reports" / "files.py", "from ..projection import model\n")
+    r = check(py_tree)
+    assert r.returncode == 1
+    assert "a relative import that leaves the package reports" in r.stdout
+
+
+def test_a_python_cycle_in_layers_is_refused(py_tree):
+    layers = py_tree / "LAYERS"
+    text = layers.read_text()
+    assert "python reports:       -\n" in text
+    layers.write_text(text.replace("python reports:       -\n", "python reports:       projection\n"))
+    r = check(py_tree)
+    assert r.returncode == 1
+    assert "LAYERS: python reports may use 'projection', listed after it" in r.stdout

@@ -11,7 +11,7 @@ import pytest
 from build_paths import BUILD, ROOT  # noqa: E402
 sys.path.insert(0, ROOT)
 from projection import cli, collectives, model, network  # noqa: E402
-from reports import results  # noqa: E402
+from reports import projection_file, results  # noqa: E402
 
 EXE = os.path.join(BUILD, "ddpbench")
 PROJECT = os.path.join(ROOT, "scripts", "ddpbench-project")
@@ -320,7 +320,7 @@ def test_the_command_projects_the_sharded_strategies_and_says_which_fit(sharded_
     for line in doc["fit"]:
         assert line in r.stdout
     # The report reads the new field back.
-    _, items = cli.load_projection_file(str(out_json))
+    _, items = projection_file.load(str(out_json))
     assert any(p.memory_per_device_bytes for p in items)
 
 
