@@ -212,13 +212,25 @@ def _pct(v):
     return "-" if v is None else f"{v * 100:+.1f}%"
 
 
+# Units for a row's times, largest first, in milliseconds: as Google Benchmark's console output does,
+# each row is written in the unit its times need (a micro-benchmark's 3 us is not "0.00 ms").
+TIME_UNITS = (("s", 1e3), ("ms", 1.0), ("us", 1e-3), ("ns", 1e-6))
+
+
+def _row_times(*values_ms):
+    """The row's times ("-" for None) in the largest unit in which the smallest of them is >= 1."""
+    known = [v for v in values_ms if v is not None]
+    smallest = min(known) if known else 1.0
+    unit, scale = next(((u, f) for u, f in TIME_UNITS if smallest >= f), TIME_UNITS[-1])
+    return ["-" if v is None else f"{v / scale:.2f} {unit}" for v in values_ms]
+
+
 def format_table(comparison, markdown=False, min_effect=DEFAULT_MIN_EFFECT):
-    header = ["case", "baseline ms", "current ms", "change", f"{comparison.interval_confidence * 100:.4g}% interval",
+    header = ["case", "baseline", "current", "change", f"{comparison.interval_confidence * 100:.4g}% interval",
               "noise", "verdict"]
     rows = []
     for c in comparison.cases:
-        rows.append([c.name, "-" if c.baseline_ms is None else f"{c.baseline_ms:.2f}",
-                     "-" if c.current_ms is None else f"{c.current_ms:.2f}", _pct(c.change),
+        rows.append([c.name, *_row_times(c.baseline_ms, c.current_ms), _pct(c.change),
                      "-" if c.interval is None else f"{_pct(c.interval[0])} .. {_pct(c.interval[1])}",
                      "-" if c.noise is None else f"{c.noise * 100:.1f}%", c.verdict + (f" ({c.note})" if c.note else "")])
     lines = []
@@ -242,7 +254,7 @@ def format_table(comparison, markdown=False, min_effect=DEFAULT_MIN_EFFECT):
         lines.append(f"only in current, not compared: {show(name)}")
     statistics = sorted({c.statistic for c in comparison.cases if c.statistic})
     if statistics:
-        lines.append(f"per repetition: its {' or '.join(statistics)} time (ms: geometric mean over repetitions; "
+        lines.append(f"per repetition: its {' or '.join(statistics)} time (the geometric mean over repetitions; "
                      f"noise: their CV)")
         lines.append(f"intervals at {comparison.interval_confidence * 100:.4g}% each: an unchanged build is called "
                      f"slower anywhere in the table at most {(1 - comparison.confidence) * 100:.3g}% of the time "

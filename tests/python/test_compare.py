@@ -322,7 +322,7 @@ def test_markdown_table_escapes_what_would_break_it(tmp_path):
     path.write_text(json.dumps(doc))
     r = run_compare(path, path, "--markdown")
     assert r.returncode in (0, 3)
-    assert r.stdout.startswith("| case | baseline ms |")
+    assert r.stdout.startswith("| case | baseline | current |")
     row = next(line for line in r.stdout.splitlines() if "img" in line)
     assert "a\\|b&lt;img src=x&gt;" in row and row.count(" | ") == 6
     assert "<img" not in r.stdout
@@ -473,3 +473,15 @@ def test_the_table_states_each_intervals_confidence_and_the_whole_one(tmp_path):
     samples = results.case_samples(json.load(open(FIXTURE)))["mlp/single/world:1"].repetition_quartile_ms
     low, high = stats.ratio_interval(samples, [s * 1.2 for s in samples], 0.975)
     assert result.cases[0].interval == pytest.approx((low - 1, high - 1))
+
+
+@pytest.mark.parametrize("baseline,current,expected", [
+    (25.891, 26.0, ["25.89 ms", "26.00 ms"]),
+    (0.00341, 0.0036, ["3.41 us", "3.60 us"]),
+    (0.9, 1.2, ["900.00 us", "1200.00 us"]),    # one unit a row, the smaller time's
+    (1500.0, 2500.0, ["1.50 s", "2.50 s"]),
+    (4.2e-7, None, ["0.42 ns", "-"]),            # below a nanosecond: still ns, never "0.00"
+    (None, None, ["-", "-"]),
+])
+def test_each_row_is_written_in_the_unit_its_times_need(baseline, current, expected):
+    assert compare._row_times(baseline, current) == expected

@@ -53,6 +53,10 @@ def test_compare_script_takes_micro_files_and_refuses_mixing_them_with_runs(micr
     r = subprocess.run([script, str(micro_json), str(micro_json)], capture_output=True, text=True)
     assert r.returncode in (0, 3), r.stdout + r.stderr  # two repetitions a side: maybe too few to tell
     assert "BM_GlooAllreduce/16384/real_time" in r.stdout and "Traceback" not in r.stderr
+    # Each row in the unit its times need, as Google Benchmark prints them: a copy of 4 KiB takes
+    # microseconds, and "0.00 ms" would say nothing.
+    row = next(line for line in r.stdout.splitlines() if line.startswith("BM_ReplicateCopy/4096/real_time"))
+    assert " 0.00 " not in row and ("us" in row.split() or "ns" in row.split()), row
     run = os.path.join(ROOT, "tests", "python", "fixtures", "compare-baseline.json")
     r = subprocess.run([script, run, str(micro_json)], capture_output=True, text=True)
     assert r.returncode == 2 and "is a ddpbench-micro file and the other a ddpbench run" in r.stderr
