@@ -19,6 +19,7 @@
 #include "strategies/strategy.h"
 #include "compat/torch_compat.h"
 #include "models/workload_sources.h"
+#include "workloads/gpt2_size.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {
@@ -229,6 +230,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_option("--batch", batch, "global batch over all devices (default: the workload's)");
   std::string seq_len;
   app.add_option("--seq-len", seq_len, "gpt2: tokens per sample, up to 1024 (default: 1024 on CUDA, 32 on CPU)");
+  std::string gpt2_size;
+  app.add_option("--gpt2-size", gpt2_size,
+                 "gpt2: small (124M, default), medium, large, xl, or LAYERS:HEADS:WIDTH[:VOCAB]");
   app.add_option("--steps", steps, "measured steps per repetition")->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured steps before each repetition")->capture_default_str();
   app.add_option("--repetitions", repetitions,
@@ -352,6 +356,16 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     for (const auto& w : r.workloads) longest = std::max(longest, WorkloadRegistry::instance().get(w).max_sequence_length());
     if (longest == 0) throw UsageError("--seq-len: none of the workloads run takes a sequence length (gpt2 does)");
     r.sequence_length = parse_count("--seq-len", seq_len, 1, longest);
+  }
+  if (app.count("--gpt2-size") > 0) {
+    if (std::find(r.workloads.begin(), r.workloads.end(), "gpt2") == r.workloads.end()) {
+      throw UsageError("--gpt2-size: gpt2 is not among the workloads run");
+    }
+    try {
+      r.gpt2_size = parse_gpt2_size(gpt2_size).name;
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--gpt2-size: ") + e.what());
+    }
   }
   r.steps = static_cast<int>(parse_count("--steps", steps, 1, 1000000));
   r.warmup = static_cast<int>(parse_count("--warmup", warmup, 0, 1000000));

@@ -54,7 +54,7 @@ void mark_not_reached(std::vector<CaseRecord>& cases, const std::string& why) {
 
 Runner::Runner(RunnerOptions options, DeviceSet devices, RunContext context)
     : options_(std::move(options)), devices_(devices) {
-  configure_workloads({devices_.is_cuda(), options_.sequence_length});
+  configure_workloads({devices_.is_cuda(), options_.sequence_length, options_.gpt2_size});
   record_.context = std::move(context);
   auto& s = record_.settings;
   s.steps = options_.steps;

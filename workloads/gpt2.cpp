@@ -1,6 +1,7 @@
 // `gpt2`: GPT-2 small exactly (124,439,808 parameters), the GPU-sized workload. Vocabulary 50257,
 // context 1024, 12 layers, 12 heads, width 768, GELU (tanh), pre-LayerNorm, the output projection
 // tied to the token embedding; causal LM loss, AdamW as nanoGPT trains it. docs/workloads.md.
+// `--gpt2-size` picks another geometry of the same model (medium, large, xl, or one written out).
 //
 // Tokens per sample: 1024 on CUDA, 32 on a CPU (so that `--strategy all` takes minutes there),
 // `--seq-len` to choose; the model is the same at any length up to its context.
@@ -15,24 +16,26 @@
 #include "compat/torch_compat.h"
 #include "optim/optimizers.h"
 #include "workloads/chunked_cross_entropy.h"
+#include "workloads/gpt2_size.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {
 namespace {
 
-constexpr std::int64_t kVocab = 50257;
-constexpr std::int64_t kContext = 1024;
-constexpr std::int64_t kLayers = 12;
-constexpr std::int64_t kHeads = 12;
-constexpr std::int64_t kWidth = 768;
 constexpr std::int64_t kCpuSequence = 32;
 // One chunk's fp32 logits in the fused output projection and loss: 256 MiB, 1335 tokens of 50257,
 // large enough that each chunk's products keep a GPU busy, small against the whole batch's 3.3 GB.
 constexpr std::int64_t kLogitsChunkBytes = std::int64_t{256} << 20;
 
+// The run's geometry: --gpt2-size, checked by the command line before any model is built.
+Gpt2Size run_size() {
+  const auto& s = workload_settings().gpt2_size;
+  return s.empty() ? Gpt2Size{} : parse_gpt2_size(s);
+}
+
 std::int64_t sequence_length() {
   const auto& s = workload_settings();
-  return s.sequence_length.value_or(s.cuda ? kContext : kCpuSequence);
+  return s.sequence_length.value_or(s.cuda ? run_size().context : kCpuSequence);
 }
 
 // GPT-2's initialisation: N(0, 0.02) for weights and embeddings, zero biases, and the projections
@@ -45,14 +48,14 @@ void init_linear(torch::nn::Linear& linear, double std) {
 
 class Block final : public torch::nn::Module {
  public:
-  Block() {
-    const double residual_std = 0.02 / std::sqrt(2.0 * kLayers);
-    ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})));
-    c_attn = register_module("c_attn", torch::nn::Linear(kWidth, 3 * kWidth));
-    attn_proj = register_module("attn_proj", torch::nn::Linear(kWidth, kWidth));
-    ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})));
-    c_fc = register_module("c_fc", torch::nn::Linear(kWidth, 4 * kWidth));
-    mlp_proj = register_module("mlp_proj", torch::nn::Linear(4 * kWidth, kWidth));
+  explicit Block(const Gpt2Size& size) : width_(size.width), heads_(size.heads) {
+    const double residual_std = 0.02 / std::sqrt(2.0 * size.layers);
+    ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width_})));
+    c_attn = register_module("c_attn", torch::nn::Linear(width_, 3 * width_));
+    attn_proj = register_module("attn_proj", torch::nn::Linear(width_, width_));
+    ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width_})));
+    c_fc = register_module("c_fc", torch::nn::Linear(width_, 4 * width_));
+    mlp_proj = register_module("mlp_proj", torch::nn::Linear(4 * width_, width_));
     init_linear(c_attn, 0.02);
     init_linear(attn_proj, residual_std);
     init_linear(c_fc, 0.02);
@@ -61,31 +64,35 @@ class Block final : public torch::nn::Module {
 
   torch::Tensor forward(const torch::Tensor& x) {
     const auto batch = x.size(0), tokens = x.size(1);
-    auto qkv = c_attn->forward(ln_1->forward(x)).split(kWidth, /*dim=*/2);
-    auto heads = [&](const torch::Tensor& t) { return t.view({batch, tokens, kHeads, kWidth / kHeads}).transpose(1, 2); };
+    auto qkv = c_attn->forward(ln_1->forward(x)).split(width_, /*dim=*/2);
+    auto heads = [&](const torch::Tensor& t) { return t.view({batch, tokens, heads_, width_ / heads_}).transpose(1, 2); };
     auto attended = compat::causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
-    auto h = x + attn_proj->forward(attended.transpose(1, 2).contiguous().view({batch, tokens, kWidth}));
+    auto h = x + attn_proj->forward(attended.transpose(1, 2).contiguous().view({batch, tokens, width_}));
     return h + mlp_proj->forward(torch::gelu(c_fc->forward(ln_2->forward(h)), "tanh"));
   }
 
  private:
+  std::int64_t width_, heads_;
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   torch::nn::Linear c_attn{nullptr}, attn_proj{nullptr}, c_fc{nullptr}, mlp_proj{nullptr};
 };
 
-class Gpt2Model final : public DefaultConstructedModel<Gpt2Model> {
+class Gpt2Model final : public WorkloadModel {
  public:
-  Gpt2Model() {
-    wte = register_module("wte", torch::nn::Embedding(kVocab, kWidth));
-    wpe = register_module("wpe", torch::nn::Embedding(kContext, kWidth));
+  explicit Gpt2Model(const Gpt2Size& size) : size_(size) {
+    wte = register_module("wte", torch::nn::Embedding(size.vocab, size.width));
+    wpe = register_module("wpe", torch::nn::Embedding(size.context, size.width));
     {
       torch::NoGradGuard no_grad;
       torch::nn::init::normal_(wte->weight, 0.0, 0.02);
       torch::nn::init::normal_(wpe->weight, 0.0, 0.02);
     }
-    for (std::int64_t i = 0; i < kLayers; ++i) blocks.push_back(register_module("h" + std::to_string(i), std::make_shared<Block>()));
-    ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})));
+    for (std::int64_t i = 0; i < size.layers; ++i) {
+      blocks.push_back(register_module("h" + std::to_string(i), std::make_shared<Block>(size)));
+    }
+    ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({size.width})));
   }
+  ModelPtr fresh_instance() const override { return std::make_shared<Gpt2Model>(size_); }
   // input: [batch, tokens] token ids; output: [batch, tokens, vocab] logits.
   torch::Tensor forward(const torch::Tensor& input) override {
     // Tied output projection: the token embedding's own weight, so one parameter gets both gradients.
@@ -105,8 +112,10 @@ class Gpt2Model final : public DefaultConstructedModel<Gpt2Model> {
     return units;
   }
   const torch::Tensor& output_weight() const { return wte->weight; }
+  const Gpt2Size& size() const { return size_; }
 
  private:
+  Gpt2Size size_;
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   std::vector<std::shared_ptr<Block>> blocks;
   torch::nn::LayerNorm ln_f{nullptr};
@@ -116,14 +125,18 @@ class Gpt2Workload final : public Workload {
  public:
   std::string name() const override { return "gpt2"; }
   std::string description() const override {
-    return "GPT-2 small (124M): vocab 50257, 12 layers, 12 heads, width 768, " + std::to_string(sequence_length()) +
+    const Gpt2Size size = run_size();
+    const auto millions = std::to_string((size.parameters() + 500000) / 1000000);
+    return "GPT-2 " + size.name + " (" + (millions == "0" ? "<1" : millions) + "M): vocab " + std::to_string(size.vocab) +
+           ", " + std::to_string(size.layers) + " layers, " + std::to_string(size.heads) + " heads, width " +
+           std::to_string(size.width) + ", " + std::to_string(sequence_length()) +
            " tokens a sample (--seq-len), " + compat::causal_attention_kernel() +
            " attention; AdamW lr 6e-4 betas 0.9/0.95 wd 0.1 (batch " + std::to_string(default_global_batch()) + ")";
   }
   // 16 x 1024 tokens on one 80 GB GPU (the batch of the peers in the GPU truth issue); 2 x 32 on a
   // CPU, a sample for each of its two default virtual devices.
   std::int64_t default_global_batch() const override { return workload_settings().cuda ? 16 : 2; }
-  ModelPtr make_model() const override { return std::make_shared<Gpt2Model>(); }
+  ModelPtr make_model() const override { return std::make_shared<Gpt2Model>(run_size()); }
   std::unique_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::Tensor> parameters) const override {
     return make_adamw(std::move(parameters), torch::optim::AdamWOptions(6e-4).betas({0.9, 0.95}).weight_decay(0.1));
   }
@@ -133,21 +146,19 @@ class Gpt2Workload final : public Workload {
     return Workload::make_optimizer(std::move(parameters));
   }
   Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
-    return next_token_dataset(size, seed, kVocab, sequence_length());  // transformer's rule, GPT-2's vocabulary
+    return next_token_dataset(size, seed, run_size().vocab, sequence_length());  // transformer's rule, GPT-2's vocabulary
   }
   // nanoGPT's count, so that fraction_of_peak is MFU as it reports it: 6 N per token for the
   // matrix products of forward and backward (N without the position table, which does no
   // products; with the tied output projection, which does), plus 12 L C T for attention's scores
   // and weighted sums.
   double flops_per_sample() const override {
+    const Gpt2Size size = run_size();
     const double tokens = static_cast<double>(sequence_length());
-    const double n = static_cast<double>(kVocab * kWidth) +
-                     kLayers * (2.0 * 2 * kWidth + (3.0 * kWidth * kWidth + 3 * kWidth) + (kWidth * kWidth + kWidth) +
-                                (4.0 * kWidth * kWidth + 4 * kWidth) + (4.0 * kWidth * kWidth + kWidth)) +
-                     2.0 * kWidth;
-    return tokens * (6.0 * n + 12.0 * kLayers * kWidth * tokens);
+    const double n = static_cast<double>(size.parameters() - size.context * size.width);
+    return tokens * (6.0 * n + 12.0 * static_cast<double>(size.layers * size.width) * tokens);
   }
-  std::int64_t max_sequence_length() const override { return kContext; }
+  std::int64_t max_sequence_length() const override { return Gpt2Size{}.context; }
   // The output projection and the loss fused, in chunks of tokens: the [tokens, 50257] fp32 logits
   // (3.3 GB at 16 x 1024 tokens, and as much again for their gradient) are never whole; one chunk
   // of at most kLogitsChunkBytes is. dp, which gathers outputs, still gets the logits from forward.
@@ -155,8 +166,9 @@ class Gpt2Workload final : public Workload {
     auto* gpt2 = dynamic_cast<Gpt2Model*>(&model);
     if (gpt2 == nullptr) return Workload::forward_loss(model, input, target);
     const auto hidden = gpt2->features(input);
-    return chunked_linear_cross_entropy(hidden.reshape({-1, kWidth}), gpt2->output_weight(), target.reshape({-1}),
-                                        chunk_rows_for(kVocab, kLogitsChunkBytes));
+    const Gpt2Size& size = gpt2->size();
+    return chunked_linear_cross_entropy(hidden.reshape({-1, size.width}), gpt2->output_weight(), target.reshape({-1}),
+                                        chunk_rows_for(size.vocab, kLogitsChunkBytes));
   }
 };
 

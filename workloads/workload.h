@@ -107,6 +107,7 @@ struct WorkloadFacts {
 struct WorkloadSettings {
   bool cuda = false;                            // the run's devices are GPUs
   std::optional<std::int64_t> sequence_length;  // --seq-len; none: the workload's default
+  std::string gpt2_size;                        // --gpt2-size (workloads/gpt2_size.h); empty: small
 };
 void configure_workloads(const WorkloadSettings& settings);
 const WorkloadSettings& workload_settings();

@@ -114,6 +114,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--seq-len", "64"}, "--seq-len", "none of the workloads run takes a sequence length"},
         BadInput{{"--workload", "gpt2", "--seq-len", "2048"}, "--seq-len", "at most 1024, got 2048"},
         BadInput{{"--workload", "gpt2", "--seq-len", "0"}, "--seq-len", "at least 1, got 0"},
+        BadInput{{"--gpt2-size", "xl"}, "--gpt2-size", "gpt2 is not among the workloads run"},
+        BadInput{{"--workload", "gpt2", "--gpt2-size", "huge"}, "--gpt2-size", "expected small, medium, large, xl or"},
+        BadInput{{"--workload", "gpt2", "--gpt2-size", "2:3:64"}, "--gpt2-size", "width 64 is not a multiple of heads 3"},
+        BadInput{{"--workload", "gpt2", "--gpt2-size", "0:2:64"}, "--gpt2-size", "layers must be 1 to 1024, got 0"},
+        BadInput{{"--workload", "gpt2", "--gpt2-size", "2:2:6x"}, "--gpt2-size", "width '6x' is not a whole number"},
+        BadInput{{"--workload", "gpt2", "--gpt2-size", "2:2:64:1"}, "--gpt2-size", "vocabulary must be 2 to"},
         // The results are JSON, which holds UTF-8 text only: other bytes are refused naming the flag.
         BadInput{{"--trace", "traces\xff"}, "--trace", "'traces\\xFF' is not UTF-8 text (byte 0xFF at offset 6)"},
         BadInput{{"--json", "r\xfe.json"}, "--json", "is not UTF-8 text (byte 0xFE at offset 1)"},

@@ -37,6 +37,7 @@ TEST(RankOptions, EveryFlagOfHelpSurvivesTheTripToARank) {
       {"--world-size", {"--world-size", "3"}},
       {"--batch", {"--batch", "64"}},
       {"--seq-len", {"--seq-len", "16", "--workload", "gpt2"}},
+      {"--gpt2-size", {"--gpt2-size", "2:2:64:512", "--workload", "gpt2"}},
       {"--steps", {"--steps", "7"}},
       {"--warmup", {"--warmup", "2"}},
       {"--repetitions", {"--repetitions", "7"}},

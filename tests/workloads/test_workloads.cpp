@@ -9,6 +9,7 @@
 #include "devices/precision.h"
 #include "compat/torch_compat.h"
 #include "workloads/chunked_cross_entropy.h"
+#include "workloads/gpt2_size.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {
@@ -138,25 +139,57 @@ TEST(Gpt2, IsGpt2SmallExactly) {
   EXPECT_EQ(gpt2.max_sequence_length(), 1024);
   const double n = 124439808.0 - 1024 * 768;  // without the position table, as nanoGPT counts
   {
-    SettingsFor cpu({false, std::nullopt});
+    SettingsFor cpu({false, std::nullopt, ""});
     EXPECT_EQ(gpt2.default_global_batch(), 2);
     EXPECT_EQ(gpt2.make_dataset(3, 0).inputs.sizes(), (std::vector<int64_t>{3, 32}));
     EXPECT_DOUBLE_EQ(gpt2.flops_per_sample(), 32 * (6 * n + 12.0 * 12 * 768 * 32));
   }
   {
-    SettingsFor gpu({true, std::nullopt});
+    SettingsFor gpu({true, std::nullopt, ""});
     EXPECT_EQ(gpt2.default_global_batch(), 16);
     EXPECT_EQ(gpt2.make_dataset(1, 0).inputs.sizes(), (std::vector<int64_t>{1, 1024}));
     // Per token 6N + 12 L C T = 742M + 113M FLOPs: 0.876 TFLOP a 1024-token sequence.
     EXPECT_DOUBLE_EQ(gpt2.flops_per_sample(), 1024 * (6 * n + 12.0 * 12 * 768 * 1024));
   }
-  SettingsFor short_samples({false, 5});
+  SettingsFor short_samples({false, 5, ""});
   const auto data = gpt2.make_dataset(2, 0);
   EXPECT_EQ(data.inputs.sizes(), (std::vector<int64_t>{2, 5}));
   // Targets are the inputs shifted by one token.
   using torch::indexing::Slice;
   EXPECT_TRUE(torch::equal(data.inputs.index({Slice(), Slice(1, 5)}), data.targets.index({Slice(), Slice(0, 4)})));
   EXPECT_LT(data.inputs.max().item<int64_t>(), 50257);
+}
+
+TEST(Gpt2, EverySizeIsTheModelItsGeometrySays) {
+  // OpenAI's four released sizes by their known parameter counts (tied output projection counted once).
+  const std::vector<std::pair<std::string, std::int64_t>> released = {
+      {"small", 124439808}, {"medium", 354823168}, {"large", 774030080}, {"xl", 1557611200}};
+  for (const auto& [name, parameters] : released) {
+    EXPECT_EQ(parse_gpt2_size(name).parameters(), parameters) << name;
+  }
+  const Gpt2Size custom = parse_gpt2_size("2:4:64:512");
+  EXPECT_EQ(custom.layers, 2);
+  EXPECT_EQ(custom.heads, 4);
+  EXPECT_EQ(custom.width, 64);
+  EXPECT_EQ(custom.vocab, 512);
+  EXPECT_EQ(parse_gpt2_size("3:2:32").vocab, 50257);
+  // The model built at a size has the parameters the formula counts, one unit a layer, and its
+  // vocabulary in the data, its width in the FLOPs.
+  const auto& gpt2 = WorkloadRegistry::instance().get("gpt2");
+  SettingsFor tiny({false, 4, "2:4:64:512"});
+  EXPECT_EQ(gpt2.facts().parameters, custom.parameters());
+  EXPECT_EQ(gpt2.make_model()->wrap_units().size(), 2u);
+  EXPECT_NE(gpt2.description().find("GPT-2 2:4:64:512 (<1M): vocab 512, 2 layers, 4 heads, width 64"), std::string::npos)
+      << gpt2.description();
+  const auto data = gpt2.make_dataset(64, 0);
+  EXPECT_LT(data.inputs.max().item<int64_t>(), 512);
+  EXPECT_GT(data.inputs.max().item<int64_t>(), 256);
+  const double n = static_cast<double>(custom.parameters() - 1024 * 64);
+  EXPECT_DOUBLE_EQ(gpt2.flops_per_sample(), 4 * (6 * n + 12.0 * 2 * 64 * 4));
+  // A fresh instance (what every strategy clones into) has the same geometry.
+  auto model = gpt2.make_model();
+  EXPECT_EQ(model->fresh_instance()->parameters().size(), model->parameters().size());
+  EXPECT_EQ(model->forward(data.inputs.slice(0, 0, 2)).sizes(), (std::vector<int64_t>{2, 4, 512}));
 }
 
 TEST(Gpt2, AttentionIsCausalAndMatchesItsDefinition) {
@@ -290,7 +323,8 @@ TEST(ChunkedCrossEntropy, NeverHoldsTheWholeLogits) {
 }
 
 TEST(Gpt2, FusedOutputLossGivesForwardThenLossAndItsGradients) {
-  SettingsFor short_samples({false, 4});
+  // GPT-2's code at a test's geometry: the same fused path as at 124M, where this took 9 s.
+  SettingsFor short_samples({false, 4, "2:4:64:512"});
   const auto& gpt2 = WorkloadRegistry::instance().get("gpt2");
   const auto data = gpt2.make_dataset(2, 1);
   torch::manual_seed(1);
