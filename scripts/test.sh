@@ -10,7 +10,8 @@ export DDPBENCH_BUILD_DIR="$(pwd)/${DDPBENCH_BUILD_DIR:-build}"
 ./scripts/build.sh
 echo "test: set up and built in ${SECONDS} s"
 jobs=$(nproc 2>/dev/null || echo 2)
+(cd "$DDPBENCH_BUILD_DIR" && "$OLDPWD/scripts/ctest-timed.sh" test -j"$jobs" --output-on-failure --timeout 900)
 start=$SECONDS
-(cd "$DDPBENCH_BUILD_DIR" && ctest -j"$jobs" --output-on-failure --timeout 900)
-echo "test: CTest took $((SECONDS - start)) s"
-/usr/bin/python3 -m pytest -q tests/python
+# One worker a core, each test file whole on one worker (its module fixtures, real ddpbench runs, made once).
+/usr/bin/python3 -m pytest -q -n "$jobs" --dist loadfile --durations=15 tests/python
+echo "test: pytest took $((SECONDS - start)) s"
