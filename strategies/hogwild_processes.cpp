@@ -37,14 +37,15 @@ constexpr const char* kParentVariable = "DDPBENCH_HOGWILD_PARENT";
 
 std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 
+}  // namespace
+
+// Outside the anonymous namespace because ControlBlock (declared in the header) holds two.
 struct BatchSlot {
   std::int64_t offset = 0;
   std::int32_t dtype = 0;  // c10::ScalarType
   std::int32_t dims = 0;
   std::int64_t sizes[kMaxDims] = {};  // sizes[0] is the global batch
 };
-
-}  // namespace
 
 // The head of the shared object; tensors and the batch buffer follow at the recorded offsets.
 struct ControlBlock {

@@ -231,8 +231,9 @@ struct StrategyRegistration {
 #define DDPBENCH_STRATEGY_CONCAT_(a, b) a##b
 #define DDPBENCH_STRATEGY_CONCAT(a, b) DDPBENCH_STRATEGY_CONCAT_(a, b)
 // DDPBENCH_REGISTER_STRATEGY({"name", "one line", order, uses_all_devices, [] { return ...; }});
+// Named by __COUNTER__, not __LINE__: a unity build compiles several strategy files as one.
 #define DDPBENCH_REGISTER_STRATEGY(...)                                                                \
-  static const ::ddpbench::StrategyRegistration DDPBENCH_STRATEGY_CONCAT(ddpbench_strategy_, __LINE__) { \
+  static const ::ddpbench::StrategyRegistration DDPBENCH_STRATEGY_CONCAT(ddpbench_strategy_, __COUNTER__) { \
     ::ddpbench::StrategyInfo __VA_ARGS__                                                               \
   }
 

@@ -12,7 +12,7 @@ namespace {
 
 constexpr std::int64_t kChannels = 3;
 constexpr std::int64_t kSide = 32;
-constexpr std::int64_t kClasses = 10;
+constexpr std::int64_t kConvNetClasses = 10;
 constexpr std::int64_t kWidths[3] = {32, 64, 128};
 constexpr std::int64_t kStrides[3] = {1, 2, 2};
 
@@ -30,7 +30,7 @@ class ConvNetModel final : public DefaultConstructedModel<ConvNetModel> {
       norms[i] = register_module("bn" + std::to_string(i + 1), SyncableBatchNorm2d(kWidths[i]));
       in = kWidths[i];
     }
-    head = register_module("fc", torch::nn::Linear(kWidths[2], kClasses));
+    head = register_module("fc", torch::nn::Linear(kWidths[2], kConvNetClasses));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
     auto h = x;
@@ -67,8 +67,8 @@ class ConvNetWorkload final : public Workload {
   Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
     // Noise plus a per-class template, so there is something to learn beyond memorising samples.
     auto gen = compat::make_cpu_generator(seed);
-    auto templates = torch::randn({kClasses, kChannels, kSide, kSide}, gen, torch::kFloat32);
-    auto targets = torch::randint(0, kClasses, {size}, gen, torch::kInt64);
+    auto templates = torch::randn({kConvNetClasses, kChannels, kSide, kSide}, gen, torch::kFloat32);
+    auto targets = torch::randint(0, kConvNetClasses, {size}, gen, torch::kInt64);
     auto inputs = torch::randn({size, kChannels, kSide, kSide}, gen, torch::kFloat32);
     inputs.add_(templates.index_select(0, targets), 0.5);
     return {inputs, targets};
@@ -81,7 +81,7 @@ class ConvNetWorkload final : public Workload {
       macs += static_cast<double>(side * side) * kWidths[i] * in * 9;
       in = kWidths[i];
     }
-    macs += static_cast<double>(kWidths[2]) * kClasses;
+    macs += static_cast<double>(kWidths[2]) * kConvNetClasses;
     return 3.0 * 2.0 * macs;
   }
 };

@@ -8,15 +8,15 @@
 namespace ddpbench {
 namespace {
 
-constexpr std::int64_t kInputs = 256;
-constexpr std::int64_t kHidden = 512;
-constexpr std::int64_t kClasses = 32768;
+constexpr std::int64_t kWideInputs = 256;
+constexpr std::int64_t kWideHidden = 512;
+constexpr std::int64_t kWideClasses = 32768;
 
 class WideLogitsModel final : public DefaultConstructedModel<WideLogitsModel> {
  public:
   WideLogitsModel() {
-    fc1 = register_module("fc1", torch::nn::Linear(kInputs, kHidden));
-    fc2 = register_module("fc2", torch::nn::Linear(kHidden, kClasses));
+    fc1 = register_module("fc1", torch::nn::Linear(kWideInputs, kWideHidden));
+    fc2 = register_module("fc2", torch::nn::Linear(kWideHidden, kWideClasses));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
     auto h = call_unit(0, [&] { return torch::relu(fc1->forward(x)); });
@@ -39,12 +39,12 @@ class WideLogitsWorkload final : public Workload {
   ModelPtr make_model() const override { return std::make_shared<WideLogitsModel>(); }
   Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
     auto gen = compat::make_cpu_generator(seed);
-    auto inputs = torch::randn({size, kInputs}, gen, torch::kFloat32);
-    auto targets = torch::randint(0, kClasses, {size}, gen, torch::kInt64);
+    auto inputs = torch::randn({size, kWideInputs}, gen, torch::kFloat32);
+    auto targets = torch::randint(0, kWideClasses, {size}, gen, torch::kInt64);
     return {inputs, targets};
   }
   double flops_per_sample() const override {
-    return 3.0 * 2.0 * (static_cast<double>(kInputs) * kHidden + static_cast<double>(kHidden) * kClasses);
+    return 3.0 * 2.0 * (static_cast<double>(kWideInputs) * kWideHidden + static_cast<double>(kWideHidden) * kWideClasses);
   }
 };
 

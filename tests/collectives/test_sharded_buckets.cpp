@@ -17,6 +17,8 @@
 #include "tests/support/gloo_ranks.h"
 
 namespace ddpbench {
+// Named, so that its file-local helpers stay apart from another test file's in a unity build.
+namespace sharded_buckets_test {
 namespace {
 
 using testing::on_gloo_ranks;
@@ -248,4 +250,5 @@ TEST(ShardedBuckets, WaitWithoutPrepareIsAProgrammingError) {
 }
 
 }  // namespace
+}  // namespace sharded_buckets_test
 }  // namespace ddpbench

@@ -20,6 +20,8 @@
 #include "tests/support/gloo_ranks.h"
 
 namespace ddpbench {
+// Named, so that its file-local helpers stay apart from another test file's in a unity build.
+namespace sharded_units_test {
 namespace {
 
 using testing::on_gloo_ranks;
@@ -312,4 +314,5 @@ TEST(ShardedUnits, AParameterInTwoUnitsIsAProgrammingError) {
 }
 
 }  // namespace
+}  // namespace sharded_units_test
 }  // namespace ddpbench

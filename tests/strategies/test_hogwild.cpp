@@ -17,6 +17,8 @@
 #include "tests/support/test_support.h"
 
 namespace ddpbench {
+// Named, so that its file-local helpers stay apart from another test file's in a unity build.
+namespace hogwild_test {
 namespace {
 
 using nlohmann::json;
@@ -456,4 +458,5 @@ TEST(HogwildProcessesRun, SigkillToTheParentTakesTheWorkersWithIt) {
 }
 
 }  // namespace
+}  // namespace hogwild_test
 }  // namespace ddpbench
