@@ -4,9 +4,10 @@
 # build-libtorch2/. The root is made once (about 4 minutes: debootstrap, then the packages of
 # scripts/debian-packages.txt) and reused while the package list is unchanged.
 #
-# Usage: scripts/test-libtorch2.sh [COMMAND [ARG...]]
+# Usage: scripts/test-libtorch2.sh [--make-root | COMMAND [ARG...]]
 #   With a command, runs that inside the root in this checkout instead of the suite, for example
-#   `scripts/test-libtorch2.sh ./build-libtorch2/ddpbench --strategy all`.
+#   `scripts/test-libtorch2.sh ./build-libtorch2/ddpbench --strategy all`. With --make-root, makes
+#   (or checks) the root and stops there: .ci/run makes it so while the 1.13 leg builds.
 # Environment: DDPBENCH_TRIXIE_ROOT (default /var/tmp/ddpbench-trixie), DDPBENCH_DEBIAN_MIRROR
 #   (default http://deb.debian.org/debian), DDPBENCH_PRESET (passed on to scripts/test.sh).
 # Needs root (chroot and mount). Every mount it makes is undone on every way out.
@@ -22,6 +23,8 @@ if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null 2>&1 || die "needs root (chroot, mount), and there is no sudo"
   exec sudo --preserve-env=DDPBENCH_TRIXIE_ROOT,DDPBENCH_DEBIAN_MIRROR,DDPBENCH_PRESET,CI "$0" "$@"
 fi
+make_root_only=0
+if [ "${1:-}" = "--make-root" ]; then make_root_only=1; shift; fi
 case "$root" in /* ) ;; *) die "DDPBENCH_TRIXIE_ROOT must be an absolute path: $root" ;; esac
 [ "$root" != / ] || die "DDPBENCH_TRIXIE_ROOT must not be /"
 case "$repo/" in "$root"/*) die "the checkout $repo lies inside DDPBENCH_TRIXIE_ROOT $root" ;; esac
@@ -152,6 +155,8 @@ else
   mv "$root.partial" "$root"
   say "trixie root ready in $(( $(date +%s) - started )) s"
 fi
+
+[ "$make_root_only" = 0 ] || exit 0
 
 # ---- the suite (or the given command) inside the root ----------------------------------------------
 mount_into "$root"
