@@ -1,5 +1,6 @@
 """scripts/check-layers on this checkout (it holds) and on copies of it with a violation planted: an
-upward include, an include into a folder its layer may not use, a version seam crossed, a folder
+upward include, an include into a folder its layer may not use (also spelled through "..", or split
+by a line continuation), a version seam crossed, a folder
 that LAYERS does not know, a README that says otherwise, a cycle in LAYERS, and LAYERS malformed."""
 import os
 import shutil
@@ -100,6 +101,36 @@ def test_a_relative_include_is_refused(tree):
     r = check(tree)
     assert r.returncode == 1
     assert '#include "sampling.h" is not a file of the project named from the repository root' in r.stdout
+
+
+def test_an_include_is_judged_where_its_dots_lead(tree):
+    # Issue 43 item 10: "base/../cli/cli.h" lies under base/ as spelled, and is cli/cli.h as included.
+    source = tree / "base" / "stats.cpp"
+    lines = source.read_text().count("\n")
+    append(source, '#include "base/../cli/cli.h"\n')
+    r = check(tree)
+    assert r.returncode == 1
+    assert (f'base/stats.cpp:{lines + 1}: base/ may not include "base/../cli/cli.h" (that is, "cli/cli.h")'
+            in r.stdout)
+
+
+def test_an_include_that_climbs_out_of_the_checkout_is_refused(tree):
+    append(tree / "base" / "stats.cpp", '#include "../base/stats.h"\n')
+    r = check(tree)
+    assert r.returncode == 1
+    assert 'is not a file of the project named from the repository root' in r.stdout
+
+
+def test_an_include_split_by_a_line_continuation_is_one_include(tree):
+    # The preprocessor splices a line that ends in a backslash with the next before it reads
+    # directives; so does the check, and it reports the directive's first line.
+    source = tree / "devices" / "device_set.cpp"
+    lines = source.read_text().count("\n")
+    append(source, '#include \\\n  "run/runner.h"\n#inc\\\nlude "views/explain.h"\n')
+    r = check(tree)
+    assert r.returncode == 1
+    assert f'devices/device_set.cpp:{lines + 1}: devices/ may not include "run/runner.h"' in r.stdout
+    assert f'devices/device_set.cpp:{lines + 3}: devices/ may not include "views/explain.h"' in r.stdout
 
 
 def test_the_version_seam_stays_in_compat(tree):
