@@ -18,6 +18,9 @@ class CaseFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What a one-line report shows of an error: its first line (library errors carry tracebacks).
+inline std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 // The run was asked to stop (SIGINT/SIGTERM/SIGHUP); what was measured is kept.
 class RunInterrupted : public std::runtime_error {
  public:

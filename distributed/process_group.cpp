@@ -18,8 +18,6 @@
 namespace ddpbench {
 namespace {
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
 std::string seconds(std::chrono::milliseconds t) {
   std::ostringstream out;
   out << static_cast<double>(t.count()) / 1000.0;
@@ -29,9 +27,6 @@ std::string seconds(std::chrono::milliseconds t) {
 bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
-
-std::string as_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
-std::vector<uint8_t> as_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
 std::string rendezvous_address(const RankEnv& env) {
   return "MASTER_ADDR=" + env.master_addr + " MASTER_PORT=" + std::to_string(env.master_port);

@@ -17,6 +17,10 @@
 
 namespace ddpbench {
 
+// A store holds bytes; what ddpbench keeps there is text.
+inline std::vector<uint8_t> as_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+inline std::string as_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+
 // A collective that failed or timed out: a peer died, hung, or the network broke.
 class CommFailure : public CaseFailure {
  public:

@@ -23,8 +23,6 @@ namespace ddpbench {
 
 namespace {
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 // The line of an error that says what went wrong: the TorchScript interpreter's errors open with
 // "The following operation failed..." and a traceback, and end with the Python-style error line.
 std::string telling_line(const std::string& text) {

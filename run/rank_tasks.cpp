@@ -20,9 +20,6 @@ std::string host_name() {
   return escape_invalid_utf8(name);  // it goes into the JSON: bad bytes as \xHH
 }
 
-std::string as_string(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
-std::vector<uint8_t> as_bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
-
 }  // namespace
 
 std::string RankTask::encode() const {

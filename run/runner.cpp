@@ -32,8 +32,6 @@ bool is_out_of_memory(const std::exception& e) {
 }
 
 // First line of an exception message: LibTorch appends C++ backtraces that do not belong in a table.
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
 void finish_case_error(CaseRecord& record, const std::exception& error) {
   record.status = is_out_of_memory(error) ? CaseStatus::Oom : CaseStatus::Failed;
   record.reason = first_line(error.what());
