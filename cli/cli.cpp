@@ -308,6 +308,14 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_flag("--list", list, "list every strategy and workload, one line each");
 
   std::vector<std::string> rest(args.begin() + (args.empty() ? 0 : 1), args.end());
+  // `--json=` with nothing after '=' would make CLI11 take the next argument as its value
+  // (`--json= --no-overlap` wrote a file named --no-overlap): an empty value, refused as below.
+  for (const auto& arg : rest) {
+    if (arg.size() > 3 && arg.rfind("--", 0) == 0 && arg.find('=') == arg.size() - 1 &&
+        app.get_option_no_throw(arg.substr(0, arg.size() - 1)) != nullptr) {
+      throw UsageError(arg.substr(0, arg.size() - 1) + ": empty value after '='");
+    }
+  }
   std::reverse(rest.begin(), rest.end());  // CLI11 takes the arguments in reverse order
   try {
     app.parse(rest);
@@ -373,6 +381,12 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                  target_precision, min_time, max_time, cmd);
   r.seed = static_cast<std::uint64_t>(parse_count("--seed", seed, 0));
   r.timeout_seconds = parse_seconds("--timeout", timeout);
+  // Every accepted value is honoured: under a second a rendezvous failed at once, and from 1e10 s
+  // the deadlines overflowed (a run failed at once as "timed out"), so both ends are refused.
+  if (r.timeout_seconds < 1 || r.timeout_seconds > kMaxTimeoutSeconds) {
+    throw UsageError("--timeout: " + timeout + " s is outside 1 to " + std::to_string(static_cast<long long>(kMaxTimeoutSeconds)) +
+                     " s");
+  }
   r.loader.workers = static_cast<int>(parse_count("--loader-workers", loader_workers, 0, 64));
   r.loader.pin_memory = pin_memory;
   if (data_on_device && !data_path.empty() && data_path != "device") {

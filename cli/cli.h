@@ -21,6 +21,8 @@ constexpr int kDefaultMinRepetitions = 3;
 constexpr double kDefaultMinTimeSeconds = 1;
 constexpr double kDefaultMaxTimeSeconds = 10;
 constexpr int kDefaultRepetitions = 5;
+// --timeout's largest value (11.6 days): every deadline c10d and Gloo derive from it stays in range.
+constexpr double kMaxTimeoutSeconds = 1e6;
 
 struct CommandLine {
   enum class Action { Run, List, Help, Version };

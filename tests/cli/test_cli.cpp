@@ -66,6 +66,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--threads", "x"}, "--threads", "not a whole number"},
         BadInput{{"--timeout", "-1"}, "--timeout", "more than 0"},
         BadInput{{"--timeout", "soon"}, "--timeout", "not a number"},
+        // Values it could not honour (issue 43 item 8): a rendezvous needs more, deadlines overflow.
+        BadInput{{"--timeout", "0.5"}, "--timeout", "0.5 s is outside 1 to 1000000 s"},
+        BadInput{{"--timeout", "1e10"}, "--timeout", "1e10 s is outside 1 to 1000000 s"},
+        BadInput{{"--timeout", "1e12"}, "--timeout", "outside 1 to 1000000 s"},
         BadInput{{"--seed", "-1"}, "--seed", "at least 0"},
         BadInput{{"--loader-workers", "-2"}, "--loader-workers", "at least 0"},
         BadInput{{"--device", "tpu"}, "--device", "unknown device 'tpu'"},
@@ -80,6 +84,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--parity-tolerance", ""}, "--parity-tolerance", "empty value"},
         BadInput{{"--peak-tflops", ""}, "--peak-tflops", "empty value"},
         BadInput{{"--steps", ""}, "--steps", "empty value"},
+        // Nothing after '=' is an empty value too, not a cue to take the next argument (issue 43 item 8).
+        BadInput{{"--trace=", "--no-overlap"}, "--trace", "empty value after '='"},
+        BadInput{{"--steps=", "5"}, "--steps", "empty value after '='"},
         // Numbers are decimal, whole, and nothing else: no hex, no blanks on either side, no inf.
         BadInput{{"--peak-tflops", "0x10"}, "--peak-tflops", "'0x10' is not a positive number"},
         BadInput{{"--max-cv", "0x1p-3"}, "--max-cv", "not a non-negative number"},
