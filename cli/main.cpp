@@ -3,11 +3,13 @@
 //   1  a case failed or ran out of memory, or an unexpected error
 //   2  bad input (flag, value, combination or path): one line on stderr, nothing written
 //   130 interrupted (SIGINT/SIGTERM/SIGHUP): measured repetitions are kept in the JSON
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -394,6 +396,14 @@ int run(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv, argv + argc);
+  // A standard descriptor started closed (`>&-`) would be handed to the next file or socket opened,
+  // and the table written into a results file or a peer's socket: each is held on /dev/null, and a
+  // closed standard output counts as one that could not be written (checked at the end).
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+      if (open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) == 1) std::cout.setstate(std::ios::badbit);
+    }
+  }
   ddpbench::compat::silence_library_logging();  // ddpbench says each error in one line of its own
   // A write to a dead peer's socket (Gloo's writev when a rank was killed) or to a dead worker's
   // pipe must fail with EPIPE, which the caller turns into a case failure naming the peer, not end
@@ -407,7 +417,16 @@ int main(int argc, char** argv) {
   // A Hogwild worker process started by a run of this executable: it takes no command line.
   if (ddpbench::is_hogwild_worker_process()) return ddpbench::hogwild_worker_main();
   try {
-    return run(args);
+    const int code = run(args);
+    // The table (or --help, --list) is the product too: a closed or full standard output must not
+    // lose it without a word, nor end with 0 as if it had been written.
+    std::cout.flush();
+    if (std::cout.fail()) {
+      std::fprintf(stderr, "ddpbench: error: standard output could not be written (closed or full): the table is "
+                           "lost; the results file (unless --no-json) holds what was measured\n");
+      return code == 0 ? 1 : code;
+    }
+    return code;
   } catch (const ddpbench::UsageError& e) {
     std::fprintf(stderr, "ddpbench: %s\n", e.what());
     return 2;

@@ -264,10 +264,12 @@ TEST(OutputPaths, AReplacedResultsFileKeepsItsMode) {
   EXPECT_NE(read_text(path).find("\"benchmarks\""), std::string::npos);
 }
 
-// `args` run by a shell that first sets a file-size limit of `kilobytes` (ulimit -f): the limit a
-// user's shell or a CI runner may set, applied to that one child only.
-std::vector<std::string> under_file_size_limit(int kilobytes, const std::vector<std::string>& args) {
-  std::vector<std::string> shell = {"/bin/sh", "-c", "ulimit -f " + std::to_string(kilobytes) + " && exec \"$@\"", "sh"};
+// `args` run by a shell that first sets a file-size limit of `blocks` (ulimit -f; /bin/sh counts
+// 512-byte blocks): the limit a user's shell or a CI runner may set, applied to that one child only.
+// The tests take 4 blocks (2 KiB): the captured table (under 1 KiB) fits, which a full standard
+// output would report too, and the JSON (18 KiB) and a trace file (72 KiB) do not.
+std::vector<std::string> under_file_size_limit(int blocks, const std::vector<std::string>& args) {
+  std::vector<std::string> shell = {"/bin/sh", "-c", "ulimit -f " + std::to_string(blocks) + " && exec \"$@\"", "sh"};
   shell.insert(shell.end(), args.begin(), args.end());
   return shell;
 }
@@ -279,7 +281,7 @@ TEST(OutputPaths, AFileSizeLimitOnJsonIsOneLineAndKeepsTheEarlierFile) {
   ScratchDir dir;
   const auto path = dir.file("r.json");
   std::ofstream(path) << "earlier results";
-  const auto r = run_process(under_file_size_limit(1, tiny_run(path, {"--strategy", "single"})));
+  const auto r = run_process(under_file_size_limit(4, tiny_run(path, {"--strategy", "single"})));
   EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal;
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -289,11 +291,30 @@ TEST(OutputPaths, AFileSizeLimitOnJsonIsOneLineAndKeepsTheEarlierFile) {
   EXPECT_EQ(directory_entries(dir.path()), std::vector<std::string>{"r.json"});
 }
 
+// Issue 43 item 11: a standard output that is full or closed loses the table, which is said in
+// one line, and the exit code is not 0; the JSON still holds the run.
+TEST(OutputPaths, AStandardOutputThatCannotBeWrittenIsOneLineAndNotExitZero) {
+  for (const std::string redirect : {">/dev/full", ">&-"}) {
+    SCOPED_TRACE(redirect);
+    ScratchDir dir;
+    const auto path = dir.file("r.json");
+    std::vector<std::string> shell = {"/bin/sh", "-c", "exec \"$@\" " + redirect, "sh"};
+    const auto run = tiny_run(path, {"--strategy", "single"});
+    shell.insert(shell.end(), run.begin(), run.end());
+    const auto r = run_process(shell);
+    EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal;
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find("standard output could not be written"), std::string::npos) << r.err;
+    EXPECT_NE(read_text(path).find("mlp/single/world:1"), std::string::npos);
+  }
+}
+
 TEST(OutputPaths, AFileSizeLimitOnTheTraceIsOneLineAfterTheMeasuredTable) {
   ScratchDir dir;
   const auto traces = dir.file("traces");
   const auto r = run_process(under_file_size_limit(
-      1, testing::ddpbench_args({"--device", "cpu", "--threads", "1", "--batch", "8", "--dataset-size", "16", "--steps",
+      4, testing::ddpbench_args({"--device", "cpu", "--threads", "1", "--batch", "8", "--dataset-size", "16", "--steps",
                                  "20", "--warmup", "1", "--repetitions", "2", "--no-json", "--strategy", "ddp",
                                  "--world-size", "2", "--trace", traces})));
   EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal;
