@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "base/errors.h"
 #include "devices/counting_allocator.h"
@@ -11,6 +12,13 @@
 
 namespace ddpbench {
 namespace {
+
+// Six significant digits, as %g writes them: a tolerance of 1e-09 must not read "0.000000".
+std::string parity_number(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
 
 // Norm-wise relative error of the whole parameter vector: max |p - p_ref| over every element divided
 // by max |p_ref| over every element. Per-tensor ratios are no measure: a tensor initialised to zero
@@ -90,7 +98,7 @@ void judge_parity(CaseRecord& record, const ParityRecord& parity, bool sync_bn) 
     // Asynchronous updates land on parameters other workers are reading: no tolerance applies to
     // the parameters, but a loss that is no longer a number is a failed run.
     p.note = "asynchronous updates: compared with single by loss at equal samples seen (" +
-             std::to_string(p.final_loss) + " against " + std::to_string(p.reference_final_loss) +
+             parity_number(p.final_loss) + " against " + parity_number(p.reference_final_loss) +
              " after " + std::to_string(p.steps) + " steps), not by parameters";
     if (!std::isfinite(p.final_loss)) {
       record.status = CaseStatus::Failed;
@@ -100,8 +108,8 @@ void judge_parity(CaseRecord& record, const ParityRecord& parity, bool sync_bn) 
     p.note = "BatchNorm statistics are computed per device, so a difference from single is expected";
   } else if (!p.within_tolerance) {
     record.status = CaseStatus::Failed;
-    record.reason = "parity: parameters differ from single by " + std::to_string(p.max_rel_param_diff) +
-                    " (relative) after " + std::to_string(p.steps) + " steps, tolerance " + std::to_string(p.tolerance);
+    record.reason = "parity: parameters differ from single by " + parity_number(p.max_rel_param_diff) +
+                    " (relative) after " + std::to_string(p.steps) + " steps, tolerance " + parity_number(p.tolerance);
   }
   record.parity = p;
 }

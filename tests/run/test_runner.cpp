@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "run/parity.h"
 #include "tests/support/test_support.h"
 
 namespace ddpbench {
@@ -242,6 +243,20 @@ TEST(Runner, InterruptKeepsMeasuredRepetitions) {
   int iterations = 0;
   for (const auto& b : doc["benchmarks"]) iterations += b["run_type"] == "iteration";
   EXPECT_GE(iterations, 1);
+}
+
+// Issue 43 item 11: the failure's figures keep their digits, a tolerance of 1e-9 included.
+TEST(Parity, AFailureSaysItsDifferenceAndToleranceInSignificantDigits) {
+  CaseRecord record;
+  record.spec = CaseSpec{"mlp", "ddp", 2, 16};
+  ParityRecord parity;
+  parity.steps = 3;
+  parity.tolerance = 1e-9;
+  parity.max_rel_param_diff = 3.5e-7;
+  parity.within_tolerance = false;
+  judge_parity(record, parity, /*sync_bn=*/false);
+  EXPECT_EQ(record.status, CaseStatus::Failed);
+  EXPECT_EQ(record.reason, "parity: parameters differ from single by 3.5e-07 (relative) after 3 steps, tolerance 1e-09");
 }
 
 }  // namespace
