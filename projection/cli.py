@@ -32,6 +32,9 @@ def _worlds(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a list of whole numbers like 8,64,512")
     if not worlds or any(w < 1 or w > 1 << 20 for w in worlds):
         raise argparse.ArgumentTypeError(f"{text!r}: world sizes are from 1 to {1 << 20}")
+    twice = sorted({w for w in worlds if worlds.count(w) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(map(str, twice))} given twice (each world is one row)")
     return worlds
 
 
@@ -45,7 +48,7 @@ def _positive(text):
     return v
 
 
-UNITS = {"": 1, "b": 1, "k": 2 ** 10, "kib": 2 ** 10, "m": 2 ** 20, "mib": 2 ** 20, "g": 2 ** 30, "gib": 2 ** 30,
+UNITS = {"b": 1, "k": 2 ** 10, "kib": 2 ** 10, "m": 2 ** 20, "mib": 2 ** 20, "g": 2 ** 30, "gib": 2 ** 30,
          "t": 2 ** 40, "tib": 2 ** 40, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
 
 
@@ -53,6 +56,8 @@ def _bytes(text):
     """80GiB, 80G (both 2**30), 80GB (10**9), 512MiB, 1.5TiB: a size in bytes."""
     number = text.strip().rstrip("bBiIkKmMgGtT")
     unit = text.strip()[len(number):].lower()
+    if not unit:  # 80 is not 80 bytes by default: a device's memory is said with its unit
+        raise argparse.ArgumentTypeError(f"{text!r} has no unit: say 80GiB, 80GB or 512MiB")
     try:
         value = float(number) * UNITS[unit]
     except (ValueError, KeyError):

@@ -359,6 +359,9 @@ def test_the_command_prints_the_numbers_with_their_assumptions_and_writes_json_a
     (["--strategy", "ddp,zero"], "--strategy"),
     (["--device-memory", "80 parsecs"], "--device-memory"),
     (["--device-memory", "0GiB"], "--device-memory"),
+    # Issue 43 item 11: a number alone is no size, and a world given twice is no second row.
+    (["--device-memory", "80"], "has no unit"),
+    (["--world", "8,8"], "8 given twice"),
     (["--json", "/nonexistent-dir/p.json"], "mkdir -p"),
 ])
 def test_bad_input_is_one_line_and_exit_2(real_run, args, words):
