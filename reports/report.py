@@ -229,6 +229,18 @@ def memory_throughput_points(cases):
     return points
 
 
+def shared_labels(points):
+    """[((x, y), "a, b")] from [(label, x, y)]: points within 1% of the panel's span of each other
+    share one label, since labels written one over the other (ddp and zero1 at one world, often)
+    could not be read."""
+    x_span = max((x for _, x, _ in points), default=0) or 1.0
+    y_span = max((y for _, _, y in points), default=0) or 1.0
+    groups = OrderedDict()
+    for label, x, y in points:
+        groups.setdefault((round(100 * x / x_span), round(100 * y / y_span)), ((x, y), []))[1].append(label)
+    return [(at, ", ".join(labels)) for at, labels in groups.values()]
+
+
 def chart_memory_vs_throughput(cases, out_dir):
     """One point per strategy and world size, a panel per workload: up and to the left is better."""
     points = memory_throughput_points(cases)
@@ -238,10 +250,10 @@ def chart_memory_vs_throughput(cases, out_dir):
     at = {id(c): (mib, tput) for c, mib, tput in points}
     for ax, w, rows in panels:
         for c in rows:
-            mib, tput = at[id(c)]
-            ax.scatter([mib], [tput], color="#4c72b0")
-            label = f"{c.strategy} {c.world}" + (f" [{c.tag}]" if c.tag else "")
-            ax.annotate(label, (mib, tput), textcoords="offset points", xytext=(4, 3), fontsize=7)
+            ax.scatter([at[id(c)][0]], [at[id(c)][1]], color="#4c72b0")
+        named = [(f"{c.strategy} {c.world}" + (f" [{c.tag}]" if c.tag else ""), *at[id(c)]) for c in rows]
+        for (mib, tput), text in shared_labels(named):
+            ax.annotate(text, (mib, tput), textcoords="offset points", xytext=(4, 3), fontsize=7)
         ax.set_title(w)
         ax.set_xlabel("peak per device (MiB, fullest device)")
         ax.set_ylabel("samples/s (median)")
@@ -347,6 +359,29 @@ def precision_text(fields):
     return f"+-{achieved * 100:.1f}%" + (" unresolved" if precision.get("unresolved") else "")
 
 
+def step_time_text(case):
+    """The median repetition's step time and its interval: '12.3 ms +-2.1%'; '-' where nothing was
+    measured, the interval alone where the file has no time (a hand-made one)."""
+    med = case.median or {}
+    ms = med.get("real_time")
+    if ms is None or not case.throughputs:
+        return "-" if not case.throughputs else precision_text(case.fields)
+    ms *= {"s": 1e3, "ms": 1.0, "us": 1e-3, "ns": 1e-6}.get(med.get("time_unit", "ms"), 1.0)
+    interval = precision_text(case.fields)
+    return f"{ms:.3g} ms" + ("" if interval == "-" else f" {interval}")
+
+
+def interruption_text(docs):
+    """One line per file that an interrupted or stopped run left, for the top of the report."""
+    lines = []
+    for source, doc in docs:
+        if not results.is_complete(doc):
+            why = doc["context"]["ddpbench"].get("interruption") or "stopped before its end"
+            lines.append(f"{source}: an interrupted run ({why}): cases it did not reach are not_run, and "
+                         f"what it measured is all there is")
+    return lines
+
+
 def render_html(docs, cases, charts):
     e = html.escape
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>ddpbench report</title>",
@@ -354,6 +389,7 @@ def render_html(docs, cases, charts):
              "margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eee}"
              "img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}</style></head><body>",
              "<h1>ddpbench report</h1>"]
+    parts += [f"<p><strong>{e(line)}</strong></p>" for line in interruption_text(docs)]
     # ddpbench's own explanation (top-level "ddpbench.why") where the file has one, else a verdict
     # computed here from throughput alone.
     why = [line for _, doc in docs for w in doc.get("ddpbench", {}).get("why", []) for line in w.get("lines", [])]
@@ -362,7 +398,7 @@ def render_html(docs, cases, charts):
     rows = []
     for c in cases:
         med = c.median["ddpbench"] if c.median else {}
-        rows.append([c.source, c.name, c.status, precision_text(c.fields),
+        rows.append([c.source, c.name, c.status, step_time_text(c),
                      f"{stats.median(c.throughputs):.1f}" if c.throughputs else "-",
                      results.tflops_text(med),
                      f"{med['scaling_efficiency']:.2f}" if med.get("scaling_efficiency") is not None else "-",

@@ -134,6 +134,38 @@ def write_doc(tmp_path, doc, name="doc.json"):
     return str(path)
 
 
+def test_the_step_time_column_has_the_time_and_its_interval(tmp_path):
+    # Issue 43 item 11: the column "step time +-95%" held the interval alone.
+    docs = [("w2.json", json.load(open(WORLD2)))]
+    for c in report.collect_cases(docs):
+        text = report.step_time_text(c)
+        if not c.throughputs:
+            assert text == "-"
+            continue
+        ms = c.median["real_time"] * {"s": 1e3, "ms": 1.0, "us": 1e-3, "ns": 1e-6}[c.median["time_unit"]]
+        assert text.startswith(f"{ms:.3g} ms"), text
+        assert text.endswith(report.precision_text(c.fields)) or report.precision_text(c.fields) == "-"
+
+
+def test_coinciding_points_share_one_label():
+    # Issue 43 item 11: labels of points at one place were drawn one over the other.
+    labelled = report.shared_labels([("ddp 2", 100.0, 50.0), ("zero1 2", 100.2, 50.1), ("single 1", 40.0, 30.0)])
+    assert labelled == [((100.0, 50.0), "ddp 2, zero1 2"), ((40.0, 30.0), "single 1")]
+    assert len(report.shared_labels([("a", 100.0, 50.0), ("b", 80.0, 50.0)])) == 2
+
+
+def test_an_interrupted_run_says_so_at_the_top(tmp_path):
+    doc = json.load(open(WORLD2))
+    doc["context"]["ddpbench"]["complete"] = False
+    doc["context"]["ddpbench"]["interruption"] = "interrupted by SIGINT"
+    index, _ = report.write_report([write_doc(tmp_path, doc, "stopped.json")], str(tmp_path / "out"))
+    page = open(index).read()
+    top = page.index("stopped.json: an interrupted run (interrupted by SIGINT)")
+    assert top < page.index("Verdict per workload")
+    whole, _ = report.write_report([WORLD2], str(tmp_path / "whole"))
+    assert "an interrupted run" not in open(whole).read()
+
+
 def test_dollar_signs_in_names_are_text_not_math(tmp_path):
     doc = json.load(open(WORLD2))
     for b in doc["benchmarks"]:
