@@ -25,8 +25,8 @@ each would do it up to 10 x 2.5% of the time. (So is a false `faster` anywhere, 
   not run       measured in the baseline; the current run never reached it
   missing       measured in the baseline; absent from the current file
 
-Exit codes: 0 no regression and every case resolved; 1 a regression (slower, failed, not run or
-missing); 2 unusable input (unreadable, malformed, of another dtype, an interrupted run without
+Exit codes: 0 no regression and every case resolved; 1 a regression (slower, failed) or a case the
+current run did not measure (not run, missing: "NOT MEASURED now" in the verdict, not "REGRESSION"); 2 unusable input (unreadable, malformed, of another dtype, an interrupted run without
 --allow-incomplete, a baseline that measured nothing); 3 no regression found, but some case is
 inconclusive (--allow-inconclusive makes that 0).
 """
@@ -270,9 +270,15 @@ def format_table(comparison, markdown=False, min_effect=DEFAULT_MIN_EFFECT):
 
 
 def overall_verdict(comparison, min_effect, show=_printable):
-    regressed = [show(c.name) for c in comparison.cases if c.verdict in REGRESSIONS]
-    if regressed:
-        return f"REGRESSION in {', '.join(regressed)}"
+    # A case the current run did not measure fails the gate as a regression does (a crash that drops
+    # cases must not pass), but it is not called slower: nothing says it is.
+    regressed = [show(c.name) for c in comparison.cases if c.verdict in ("slower", "failed")]
+    unmeasured = [show(c.name) for c in comparison.cases if c.verdict in ("not run", "missing")]
+    if regressed or unmeasured:
+        parts = [f"REGRESSION in {', '.join(regressed)}"] if regressed else []
+        if unmeasured:
+            parts.append(f"NOT MEASURED now (measured in the baseline): {', '.join(unmeasured)}")
+        return "; ".join(parts)
     unsure = comparison.inconclusive
     if unsure:
         text = (f"cannot tell whether {len(unsure)} of {len(comparison.cases)} case(s) changed by "

@@ -220,11 +220,14 @@ def without_case(path, name, tmp_path, out_name):
     return out
 
 
-def test_a_case_missing_now_is_a_regression_and_a_new_one_is_listed(two_runs, tmp_path):
+def test_a_case_missing_now_fails_the_gate_as_not_measured_and_a_new_one_is_listed(two_runs, tmp_path):
     fewer = without_case(two_runs[1], "convnet/single/world:1", tmp_path, "fewer.json")
     r = run_compare(two_runs[0], fewer)
     assert r.returncode == 1, r.stdout
-    assert "missing (not in the current file)" in r.stdout and "REGRESSION in convnet/single/world:1" in r.stdout
+    assert "missing (not in the current file)" in r.stdout
+    # Issue 43 item 11: not measured is not slower; the gate fails, under its own name.
+    assert "NOT MEASURED now (measured in the baseline): convnet/single/world:1" in r.stdout
+    assert "REGRESSION" not in r.stdout.split("verdict: ", 1)[1]
     r = run_compare(fewer, two_runs[0])
     assert r.returncode in (0, 3) and "only in current, not compared: convnet/single/world:1" in r.stdout
 
@@ -278,6 +281,7 @@ def test_a_case_that_was_not_run_is_a_regression(two_runs, tmp_path):
     not_run = with_status(two_runs[1], "mlp/single/world:1", "not_run", tmp_path, "not-run.json", False)
     r = run_compare(two_runs[0], not_run)
     assert r.returncode == 1 and "not run (not_run: boom)" in r.stdout
+    assert "verdict: NOT MEASURED now (measured in the baseline): mlp/single/world:1" in r.stdout
 
 
 def test_an_interrupted_run_is_refused_unless_allowed(two_runs, tmp_path):
