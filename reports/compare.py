@@ -212,9 +212,9 @@ def _pct(v):
     return "-" if v is None else f"{v * 100:+.1f}%"
 
 
-# Units for a row's times, largest first, in milliseconds: as Google Benchmark's console output does,
-# each row is written in the unit its times need (a micro-benchmark's 3 us is not "0.00 ms").
-TIME_UNITS = (("s", 1e3), ("ms", 1.0), ("us", 1e-3), ("ns", 1e-6))
+# As Google Benchmark's console output does, each row is written in the unit its times need (a
+# micro-benchmark's 3 us is not "0.00 ms"): results.TO_MS's units, largest first.
+TIME_UNITS = tuple(sorted(results.TO_MS.items(), key=lambda unit: -unit[1]))
 
 
 def _row_times(*values_ms):

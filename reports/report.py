@@ -366,7 +366,7 @@ def step_time_text(case):
     ms = med.get("real_time")
     if ms is None or not case.throughputs:
         return "-" if not case.throughputs else precision_text(case.fields)
-    ms *= {"s": 1e3, "ms": 1.0, "us": 1e-3, "ns": 1e-6}.get(med.get("time_unit", "ms"), 1.0)
+    ms *= results.TO_MS[med.get("time_unit", "ms")]
     interval = precision_text(case.fields)
     return f"{ms:.3g} ms" + ("" if interval == "-" else f" {interval}")
 

@@ -15,6 +15,7 @@ import hostile
 from build_paths import BUILD, ROOT  # noqa: E402,F401
 sys.path.insert(0, ROOT)
 from reports import report  # noqa: E402
+from reports.results import TO_MS  # noqa: E402
 
 FIXTURES = os.path.join(ROOT, "tests", "python", "fixtures")
 WORLD2 = os.path.join(FIXTURES, "mlp-cpu-world2.json")
@@ -142,7 +143,7 @@ def test_the_step_time_column_has_the_time_and_its_interval(tmp_path):
         if not c.throughputs:
             assert text == "-"
             continue
-        ms = c.median["real_time"] * {"s": 1e3, "ms": 1.0, "us": 1e-3, "ns": 1e-6}[c.median["time_unit"]]
+        ms = c.median["real_time"] * TO_MS[c.median["time_unit"]]
         assert text.startswith(f"{ms:.3g} ms"), text
         assert text.endswith(report.precision_text(c.fields)) or report.precision_text(c.fields) == "-"
 
