@@ -53,6 +53,7 @@ GradientBucketer::GradientBucketer(std::vector<torch::Tensor> parameters, Proces
     if (options_.grad_as_bucket_view) parameters_[k].mutable_grad() = buckets_[bucket_of_[k]]->views[slot_of_[k]];
   }
   hooks_ = std::make_unique<GradientReadyHooks>(parameters_, [this](std::size_t k) { on_gradient_ready(k); });
+  unused_ = std::make_unique<UnusedParameterFlags>(parameters_.size(), buckets_[0]->flat);
 }
 
 std::int64_t GradientBucketer::bytes_per_step() const {
@@ -151,6 +152,8 @@ void GradientBucketer::wait_all() {
     group_.wait(bucket.work, "all-reduce of bucket " + std::to_string(b) + " (" +
                                  mib(bucket.flat.numel() * static_cast<std::int64_t>(bucket.flat.element_size())) + ")");
   }
+  // After the buckets, in the same place on every rank: the collectives keep one order.
+  const std::int64_t flag_bytes = unused_->needed() ? unused_->reduce(ready_, group_) : 0;
   // Completion callbacks run right after the waiters wake; give them a moment to land.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
   double busy = 0;
@@ -170,8 +173,8 @@ void GradientBucketer::wait_all() {
     busy_end_ns = std::max(busy_end_ns, end);
   }
   stats_.steps += 1;
-  stats_.bytes += bytes_per_step();
-  stats_.collectives += static_cast<std::int64_t>(buckets_.size());
+  stats_.bytes += bytes_per_step() + flag_bytes;
+  stats_.collectives += static_cast<std::int64_t>(buckets_.size()) + (flag_bytes > 0 ? 1 : 0);
   stats_.busy_seconds += busy;
 }
 
@@ -180,6 +183,10 @@ torch::Tensor GradientBucketer::unpack() {
   for (std::size_t k = 0; k < parameters_.size(); ++k) {
     auto& p = parameters_[k];
     const auto& view = buckets_[bucket_of_[k]]->views[slot_of_[k]];
+    if (unused_->unused(k)) {
+      p.mutable_grad() = torch::Tensor();  // zero_grad() gives a bucket view back before the next step
+      continue;
+    }
     if (p.grad().defined() && p.grad().data_ptr() == view.data_ptr()) continue;  // a bucket view: reduced in place
     if (p.grad().defined()) {
       p.mutable_grad().copy_(view);

@@ -14,6 +14,7 @@
 
 #include "collectives/bucket_plan.h"
 #include "collectives/gradient_ready_hooks.h"
+#include "collectives/unused_parameters.h"
 #include "distributed/process_group.h"
 #include "timing/phase_recorder.h"
 
@@ -53,7 +54,8 @@ class GradientBucketer {
   // After backward: launches what is left, waits for every bucket (the exposed communication).
   void wait_all();
   // Copies the reduced buckets back into the gradients (nothing to do for bucket views); returns
-  // the global loss.
+  // the global loss. A parameter no rank gave a gradient this step is left without one, as
+  // PyTorch's DDP leaves it, so the optimizer skips it (no weight decay, no momentum step).
   torch::Tensor unpack();
   // Readies the gradients for the next step's backward: bucket views are zeroed in place (the
   // buckets live on either way, as in PyTorch's DDP); other gradients are set to none, as PyTorch
@@ -61,6 +63,8 @@ class GradientBucketer {
   void zero_grad();
 
   int bucket_count() const { return static_cast<int>(buckets_.size()); }
+  // Whether steps after the first all-reduce which parameters each rank used (unused_parameters.h).
+  bool tracks_unused_parameters() const { return unused_ && unused_->needed(); }
   std::int64_t bytes_per_step() const;
   // Parameter indices (registration order) of each bucket, in launch order.
   std::vector<std::vector<std::size_t>> bucket_layout() const;
@@ -95,6 +99,7 @@ class GradientBucketer {
   std::mutex mutex_;  // hooks may fire on several autograd threads
   std::size_t next_launch_ = 0;
   std::vector<char> ready_;  // which parameters' gradients arrived this step
+  std::unique_ptr<UnusedParameterFlags> unused_;  // all-reduced after the buckets
   torch::Tensor scale_;
   bool armed_ = false;
   std::chrono::steady_clock::time_point backward_started_;  // prepare_step's time

@@ -50,8 +50,14 @@ ShardedBuckets::ShardedBuckets(std::vector<torch::Tensor> parameters, ProcessGro
     }
     bucket.shard.mutable_grad() = bucket.grad_shard;
     shards_.push_back(bucket.shard);
+    std::vector<std::int64_t> numels;
+    for (auto k : bucket.params) numels.push_back(parameters_[k].numel());
+    bucket.pieces = std::make_unique<ShardPieces>(bucket.shard, rank * chunk, bucket.params, bucket.offsets, numels);
+    pieces_.insert(pieces_.end(), bucket.pieces->tensors().begin(), bucket.pieces->tensors().end());
   }
   loss_ = torch::zeros({1}, buckets_.front().flat_params.options());
+  unused_ = std::make_unique<UnusedParameterFlags>(parameters_.size(), loss_);
+  link_piece_gradients();
   hooks_ = std::make_unique<GradientReadyHooks>(parameters_, [this](std::size_t k) { on_gradient_ready(k); });
 }
 
@@ -79,7 +85,12 @@ void ShardedBuckets::free_gradients() {
   for (auto& b : buckets_) {
     b.grad_shard = torch::Tensor();
     b.shard.mutable_grad() = torch::Tensor();
+    b.pieces->link(torch::Tensor(), [](std::size_t) { return false; });
   }
+}
+
+void ShardedBuckets::link_piece_gradients() {
+  for (auto& b : buckets_) b.pieces->link(b.grad_shard, [this](std::size_t k) { return unused_->unused(k); });
 }
 
 void ShardedBuckets::prepare_step(double grad_scale, const torch::Tensor& loss, PhaseRecorder* phases) {
@@ -175,12 +186,18 @@ torch::Tensor ShardedBuckets::wait_reduce_scatter() {
     launch_ready_buckets();
     armed_ = false;
   }
-  // The loss, after the buckets on the same thread: one order of collectives on every rank.
-  comm_.post([this] { group_.allreduce(loss_, "all-reduce of the step's loss"); });
+  // The loss, then the used-parameter flags where this step needs them, after the buckets on the
+  // same thread: one order of collectives on every rank.
+  std::int64_t flag_bytes = 0;
+  comm_.post([this, &flag_bytes] {
+    group_.allreduce(loss_, "all-reduce of the step's loss");
+    if (unused_->needed()) flag_bytes = unused_->reduce(ready_, group_);
+  });
   comm_.drain();
+  link_piece_gradients();
   traffic_.steps += 1;
   traffic_.reduce_scatter_bytes += padded_bytes();
-  traffic_.allreduce_bytes += loss_.numel() * static_cast<std::int64_t>(loss_.element_size());
+  traffic_.allreduce_bytes += loss_.numel() * static_cast<std::int64_t>(loss_.element_size()) + flag_bytes;
   for (const auto& b : buckets_) traffic_.reduce_scatter_seconds += b.reduce_scatter_seconds;
   return loss_.clone().reshape({});
 }

@@ -19,6 +19,7 @@
 #include "collectives/bucket_plan.h"
 #include "collectives/comm_thread.h"
 #include "collectives/gradient_ready_hooks.h"
+#include "collectives/unused_parameters.h"
 #include "timing/phase_recorder.h"
 
 namespace ddpbench {
@@ -54,6 +55,10 @@ class ShardedBuckets {
   // This rank's chunk of each bucket (flat views of it): what its optimizer steps. After
   // wait_reduce_scatter() each one's .grad is its reduced gradient chunk.
   const std::vector<torch::Tensor>& parameter_shards() const { return shards_; }
+  // The same chunks cut at the parameters' edges (unused_parameters.h): what the optimizer steps.
+  // After wait_reduce_scatter() each piece's .grad is its part of the reduced chunk, none for a
+  // parameter no rank's backward reached.
+  const std::vector<torch::Tensor>& optimizer_parameters() const { return pieces_; }
 
   // Before the step's forward: stage 2 lets go of the last step's reduced chunks (each is allocated
   // again when its bucket is reduce-scattered), as PyTorch 2's zero_grad() sets gradients to none;
@@ -86,10 +91,12 @@ class ShardedBuckets {
     torch::Tensor flat_grads;            // padded; stage 2: only from its first gradient to its reduce-scatter
     torch::Tensor grad_shard;            // the reduced chunk, the shard's .grad (stage 1: a view of flat_grads;
                                          // stage 2: none from free_gradients() to its reduce-scatter)
+    std::unique_ptr<ShardPieces> pieces;  // `shard` cut at the parameters' edges
     std::int64_t pending = 0;
     std::chrono::steady_clock::time_point ready;
     double reduce_scatter_seconds = 0;   // this step's
   };
+  void link_piece_gradients();  // after the step's reduce-scatters and flags
 
   void on_gradient_ready(std::size_t param);
   torch::Tensor gradient_view(Bucket& bucket, std::size_t slot);  // allocates a stage-2 buffer on first use
@@ -101,6 +108,8 @@ class ShardedBuckets {
   ShardedBucketOptions options_;
   std::vector<Bucket> buckets_;
   std::vector<torch::Tensor> shards_;
+  std::vector<torch::Tensor> pieces_;
+  std::unique_ptr<UnusedParameterFlags> unused_;
   std::vector<std::size_t> bucket_of_, slot_of_;
   std::vector<char> ready_;
   std::size_t next_launch_ = 0;

@@ -84,6 +84,10 @@ ShardedUnits::ShardedUnits(std::vector<torch::Tensor> parameters, std::vector<st
     unit.grad_shard = torch::zeros({chunk}, options);
     unit.shard.mutable_grad() = unit.grad_shard;
     shards_.push_back(unit.shard);
+    std::vector<std::int64_t> numels;
+    for (auto k : unit.params) numels.push_back(parameters_[k].numel());
+    unit.pieces = std::make_unique<ShardPieces>(unit.shard, rank * chunk, unit.params, unit.offsets, numels);
+    pieces_.insert(pieces_.end(), unit.pieces->tensors().begin(), unit.pieces->tensors().end());
     unit.full = torch::empty({unit.numel}, options.dtype(options_.gather_dtype.value_or(options.dtype().toScalarType())));
     for (std::size_t s = 0; s < unit.params.size(); ++s) {
       auto& p = parameters_[unit.params[s]];
@@ -92,6 +96,8 @@ ShardedUnits::ShardedUnits(std::vector<torch::Tensor> parameters, std::vector<st
     release_storage(unit.full);
   }
   loss_ = torch::zeros({1}, units_.front().shard.options());
+  unused_ = std::make_unique<UnusedParameterFlags>(parameters_.size(), loss_);
+  link_piece_gradients();
   hooks_ = std::make_unique<GradientReadyHooks>(parameters_, [this](std::size_t k) { on_gradient_ready(k); });
 }
 
@@ -171,7 +177,12 @@ void ShardedUnits::free_gradients() {
   for (auto& u : units_) {
     u.grad_shard = torch::Tensor();
     u.shard.mutable_grad() = torch::Tensor();
+    u.pieces->link(torch::Tensor(), [](std::size_t) { return false; });
   }
+}
+
+void ShardedUnits::link_piece_gradients() {
+  for (auto& u : units_) u.pieces->link(u.grad_shard, [this](std::size_t k) { return unused_->unused(k); });
 }
 
 void ShardedUnits::begin_step(double grad_scale, PhaseRecorder* phases) {
@@ -309,6 +320,7 @@ void ShardedUnits::launch_reduce_scatter(std::size_t u) {
 }
 
 torch::Tensor ShardedUnits::finish_backward() {
+  std::int64_t flag_bytes = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!armed_) throw std::logic_error("ShardedUnits::finish_backward without begin_step");
@@ -329,8 +341,12 @@ torch::Tensor ShardedUnits::finish_backward() {
   {
     std::optional<PhaseRecorder::Scope> exposed;
     if (phases_) exposed.emplace(*phases_, Phase::ReduceScatterExposed);
-    // The loss, after the units on the same thread: one order of collectives on every rank.
-    comm_.post([this] { group_.allreduce(loss_, "all-reduce of the step's loss"); });
+    // The loss, then the used-parameter flags where this step needs them, after the units on the
+    // same thread: one order of collectives on every rank.
+    comm_.post([this, &flag_bytes] {
+      group_.allreduce(loss_, "all-reduce of the step's loss");
+      if (unused_->needed()) flag_bytes = unused_->reduce(ready_, group_);
+    });
     comm_.drain();
   }
   // Freeing the full parameters left (munmap of large buffers) ends backward, as FSDP2's post-backward
@@ -339,9 +355,10 @@ torch::Tensor ShardedUnits::finish_backward() {
   if (phases_) reshard.emplace(*phases_, Phase::Backward);
   std::lock_guard<std::mutex> lock(mutex_);
   for (std::size_t u = 0; u < units_.size(); ++u) free_full(u);  // the root, and any unit left gathered
+  link_piece_gradients();
   traffic_.steps += 1;
   traffic_.reduce_scatter_bytes += padded_bytes();
-  traffic_.allreduce_bytes += bytes_of(loss_);
+  traffic_.allreduce_bytes += bytes_of(loss_) + flag_bytes;
   for (const auto& u : units_) {
     traffic_.reduce_scatter_seconds += u.reduce_scatter_seconds;
     traffic_.all_gather_seconds += u.all_gather_seconds;

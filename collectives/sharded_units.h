@@ -23,6 +23,7 @@
 
 #include "collectives/comm_thread.h"
 #include "collectives/gradient_ready_hooks.h"
+#include "collectives/unused_parameters.h"
 #include "timing/phase_recorder.h"
 
 namespace ddpbench {
@@ -61,6 +62,10 @@ class ShardedUnits {
   // This rank's chunk of each unit (the root's last, if it has parameters): what its optimizer
   // steps. After finish_backward() each one's .grad is its reduced gradient chunk.
   const std::vector<torch::Tensor>& parameter_shards() const { return shards_; }
+  // The same chunks cut at the parameters' edges (unused_parameters.h): what the optimizer steps.
+  // After finish_backward() each piece's .grad is its part of the reduced chunk, none for a
+  // parameter no rank's backward reached.
+  const std::vector<torch::Tensor>& optimizer_parameters() const { return pieces_; }
   std::size_t unit_count() const { return units_.size(); }  // the root included, if any
   std::int64_t unit_numel(std::size_t unit) const;          // padded
 
@@ -113,7 +118,9 @@ class ShardedUnits {
     bool launched = false;              // its reduce-scatter posted this step
     double reduce_scatter_seconds = 0;  // this step's
     double all_gather_seconds = 0;
+    std::unique_ptr<ShardPieces> pieces;  // `shard` cut at the parameters' edges
   };
+  void link_piece_gradients();  // after the step's reduce-scatters and flags
 
   void post_gather(std::size_t unit);
   void ensure_gathered(std::size_t unit);
@@ -128,6 +135,8 @@ class ShardedUnits {
   ShardedUnitOptions options_;
   std::vector<Unit> units_;
   std::vector<torch::Tensor> shards_;
+  std::vector<torch::Tensor> pieces_;
+  std::unique_ptr<UnusedParameterFlags> unused_;
   std::vector<std::size_t> unit_of_, slot_of_;
   std::vector<char> ready_;
   std::vector<std::size_t> forward_order_;  // units in the order this step's forward ran them

@@ -18,7 +18,7 @@ namespace {
 // Keys that describe a spec; anything else in a sidecar or --model-set is a mistake worth a line.
 const std::set<std::string>& spec_keys() {
   static const std::set<std::string> keys = {"name", "input", "target", "vocab", "loss", "optimizer", "lr",
-                                             "momentum", "weight_decay", "global_batch", "flops_per_sample"};
+                                             "momentum", "weight_decay", "global_batch", "flops_per_sample", "frozen"};
   return keys;
 }
 // Keys ddpbench-export writes for the reader (where the model came from): kept out of the spec.
@@ -221,6 +221,9 @@ ModelSpec parse_model_spec(const std::map<std::string, std::string>& settings, c
   spec.weight_decay = r.number("weight_decay", spec.optimizer == ModelSpec::Optimizer::Sgd ? 0 : 0.01, 0);
   spec.global_batch = static_cast<std::int64_t>(r.number("global_batch", 32, 1, /*whole=*/true));
   spec.flops_per_sample = r.number("flops_per_sample", 0, 0);
+  const std::string frozen = r.text("frozen", "keep");
+  if (frozen != "keep" && frozen != "train") r.fail("frozen", "must be keep or train, got '" + frozen + "'");
+  spec.train_frozen = frozen == "train";
   return spec;
 }
 
@@ -237,6 +240,7 @@ std::map<std::string, std::string> ModelSpec::settings() const {
   s["weight_decay"] = format_number(weight_decay);
   s["global_batch"] = std::to_string(global_batch);
   s["flops_per_sample"] = format_number(flops_per_sample);
+  s["frozen"] = train_frozen ? "train" : "keep";
   return s;
 }
 

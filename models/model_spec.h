@@ -29,6 +29,9 @@ struct ModelSpec {
   double weight_decay = 0;
   std::int64_t global_batch = 32;
   double flops_per_sample = 0;            // forward + backward; 0: unknown
+  // Parameters saved with requires_grad False (fine-tuning's frozen layers): kept frozen, as PyTorch
+  // trains them (no gradient, no optimizer state, no traffic), or trained like the rest ("train").
+  bool train_frozen = false;
 
   // The spec as KEY=VALUE settings, every key present: parsing them back gives this spec.
   std::map<std::string, std::string> settings() const;

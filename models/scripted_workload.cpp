@@ -10,7 +10,9 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
+#include <unordered_set>
 
 #include "base/errors.h"
 #include "compat/torch_compat.h"
@@ -56,8 +58,11 @@ std::string shape_text(c10::IntArrayRef sizes) {
 // forward is the copy of the module's that calls them around each unit.
 class ScriptedModel final : public WorkloadModel {
  public:
-  ScriptedModel(torch::jit::Module module, std::shared_ptr<const ScriptedUnits> units)
-      : module_(std::move(module)), units_(std::move(units)) {
+  // `frozen`: the module's names of the parameters it trains frozen (a deep copy loses requires_grad,
+  // so the workload reads them once from the file as loaded).
+  ScriptedModel(torch::jit::Module module, std::shared_ptr<const ScriptedUnits> units,
+                std::shared_ptr<const std::set<std::string>> frozen = nullptr)
+      : module_(std::move(module)), units_(std::move(units)), frozen_(std::move(frozen)) {
     std::map<std::string, std::string> originals;  // flat name -> the module's name, to name a clash
     const auto unique = [&](const std::string& name) {
       const auto [it, fresh] = originals.emplace(flat(name), name);
@@ -67,9 +72,18 @@ class ScriptedModel final : public WorkloadModel {
       }
       return it->first;
     };
-    // ddpbench trains every parameter: one frozen in the file would leave DDP's buckets waiting.
-    for (const auto& p : module_.named_parameters(/*recurse=*/true)) register_parameter(unique(p.name), p.value, true);
-    for (const auto& b : module_.named_buffers(/*recurse=*/true)) register_buffer(unique(b.name), b.value);
+    // A tensor the module holds under two names (a tied weight: `head.weight = embed.weight`) is
+    // registered once, under its first name, as PyTorch's named_parameters() lists it: TorchScript's
+    // lists it under each name.
+    std::unordered_set<const void*> registered;
+    const auto first_time = [&registered](const torch::Tensor& t) { return registered.insert(t.unsafeGetTensorImpl()).second; };
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
+      const bool trained = frozen_ == nullptr || frozen_->count(p.name) == 0;
+      if (first_time(p.value)) register_parameter(unique(p.name), p.value, trained);
+    }
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) {
+      if (first_time(b.value)) register_buffer(unique(b.name), b.value);
+    }
     module_.train(is_training());
   }
   torch::Tensor forward(const torch::Tensor& input) override {
@@ -82,7 +96,7 @@ class ScriptedModel final : public WorkloadModel {
     }
     return output.toTensor();
   }
-  ModelPtr fresh_instance() const override { return std::make_shared<ScriptedModel>(leaf_copy(module_), units_); }
+  ModelPtr fresh_instance() const override { return std::make_shared<ScriptedModel>(leaf_copy(module_), units_, frozen_); }
   std::vector<WrapUnit> wrap_units() override {
     std::vector<WrapUnit> units;
     for (const auto& path : units_->paths) units.push_back({path, unit_parameters(module_, path)});
@@ -100,6 +114,7 @@ class ScriptedModel final : public WorkloadModel {
   }
   torch::jit::Module module_;
   std::shared_ptr<const ScriptedUnits> units_;  // the workload's, shared by every copy
+  std::shared_ptr<const std::set<std::string>> frozen_;  // likewise; null: none
 };
 
 // Hooks that do nothing: the unit-split forward's trial run.
@@ -124,10 +139,10 @@ class ScriptedWorkload final : public Workload {
   std::string name() const override { return spec_.name; }
   std::string description() const override {
     return "TorchScript " + source_.path + ": " + spec_.summary() + " (batch " + std::to_string(spec_.global_batch) +
-           "); " + units_->summary();
+           ")" + frozen_note_ + "; " + units_->summary();
   }
   std::int64_t default_global_batch() const override { return spec_.global_batch; }
-  ModelPtr make_model() const override { return std::make_shared<ScriptedModel>(leaf_copy(module_), units_); }
+  ModelPtr make_model() const override { return std::make_shared<ScriptedModel>(leaf_copy(module_), units_, frozen_); }
 
   Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
     const std::int64_t tokens = spec_.input_shape.empty() ? 0 : spec_.input_shape[0];
@@ -182,9 +197,26 @@ class ScriptedWorkload final : public Workload {
   // One forward pass on two samples: the model takes the input, and its output fits the target.
   void check_against_model() {
     const std::string where = "--model: " + source_.path + ": ";
-    std::int64_t parameters = 0;
-    for (const auto& p : module_.parameters()) parameters += p.numel();
+    std::int64_t parameters = 0, trainable = 0;
+    auto frozen = std::make_shared<std::set<std::string>>();
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
+      parameters += p.value.numel();
+      if (p.value.requires_grad() || spec_.train_frozen) {
+        trainable += p.value.numel();
+      } else {
+        frozen->insert(p.name);
+      }
+    }
     if (parameters == 0) throw UsageError(where + "the model has no parameters to train");
+    if (trainable == 0) {
+      throw UsageError(where + "every parameter is frozen (saved with requires_grad False): nothing to train; "
+                               "--model-set frozen=train trains them all");
+    }
+    if (!frozen->empty()) {
+      frozen_note_ = "; " + std::to_string(parameters - trainable) + " of " + std::to_string(parameters) +
+                     " parameters frozen (requires_grad False: no gradient, optimizer state or traffic)";
+      frozen_ = std::move(frozen);
+    }
     torch::NoGradGuard no_grad;
     auto trial = ScriptedModel(leaf_copy(module_), std::make_shared<ScriptedUnits>());
     torch::Tensor inputs = spec_.input == ModelSpec::Input::Float
@@ -260,6 +292,8 @@ class ScriptedWorkload final : public Workload {
   torch::jit::Module module_;  // as loaded, on the CPU: every model is a deep copy of it
   std::vector<std::int64_t> output_shape_;  // one sample's output, for regression targets
   std::shared_ptr<const ScriptedUnits> units_;
+  std::shared_ptr<const std::set<std::string>> frozen_;  // parameters kept frozen (frozen=keep); null: none
+  std::string frozen_note_;                               // for the description
   bool batch_norm_ = false;
 };
 

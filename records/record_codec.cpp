@@ -178,7 +178,8 @@ std::string encode(const ParityRecord& p) {
               {"within_tolerance", p.within_tolerance},
               {"reference", p.reference},
               {"dtype", p.dtype},
-              {"note", p.note}}
+              {"note", p.note},
+              {"worst_parameters", p.worst_parameters}}
       .dump();
 }
 
@@ -194,6 +195,7 @@ ParityRecord decode_parity(const std::string& text) {
     p.reference = j.at("reference").get<std::string>();
     p.dtype = j.at("dtype").get<std::string>();
     p.note = j.at("note").get<std::string>();
+    p.worst_parameters = j.value("worst_parameters", "");
     return p;
   });
 }

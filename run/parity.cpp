@@ -23,17 +23,43 @@ std::string parity_number(double v) {
 // Norm-wise relative error of the whole parameter vector: max |p - p_ref| over every element divided
 // by max |p_ref| over every element. Per-tensor ratios are no measure: a tensor initialised to zero
 // (a bias) has a scale of one learning rate after a step, so any rounding looks like a large error.
-double max_relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+// Each parameter's own max |p - p_ref|, over the same scale, says where a difference is.
+struct Difference {
+  double whole = 0;
+  std::vector<double> per_parameter;
+};
+Difference relative_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   if (a.size() != b.size()) throw CaseFailure("parity: parameter count differs from single's");
-  double worst_diff = 0, scale = 1e-12;
+  double scale = 1e-12;
+  Difference d;
   for (size_t i = 0; i < a.size(); ++i) {
     const auto ref = b[i].to(torch::kCPU, torch::kFloat64);
     const auto got = a[i].to(torch::kCPU, torch::kFloat64);
     if (got.sizes() != ref.sizes()) throw CaseFailure("parity: parameter shapes differ from single's");
-    scale = std::max(scale, ref.abs().max().item<double>());
-    worst_diff = std::max(worst_diff, (got - ref).abs().max().item<double>());
+    scale = ref.numel() == 0 ? scale : std::max(scale, ref.abs().max().item<double>());
+    d.per_parameter.push_back(ref.numel() == 0 ? 0.0 : (got - ref).abs().max().item<double>());
   }
-  return worst_diff / scale;
+  for (auto& v : d.per_parameter) {
+    v /= scale;
+    d.whole = std::max(d.whole, v);
+  }
+  return d;
+}
+
+// The (up to) three parameters that differ most beyond `tolerance`, by name, worst first.
+std::string worst_parameters(const Difference& d, double tolerance, const std::vector<std::string>& names) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < d.per_parameter.size(); ++i) {
+    if (!(d.per_parameter[i] <= tolerance)) order.push_back(i);  // NaN too
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return d.per_parameter[x] > d.per_parameter[y]; });
+  std::string out;
+  for (std::size_t n = 0; n < order.size() && n < 3; ++n) {
+    const std::size_t i = order[n];
+    out += (n ? ", " : "") + (i < names.size() ? names[i] : "#" + std::to_string(i)) + " " + parity_number(d.per_parameter[i]);
+  }
+  if (order.size() > 3) out += " and " + std::to_string(order.size() - 3) + " more";
+  return out;
 }
 
 }  // namespace
@@ -84,8 +110,13 @@ ParityRecord ParityCheck::measure(const CaseSpec& spec) {
   p.final_loss = result.final_loss;
   if (!compares) return p;  // ranks other than 0 only train
   p.reference_final_loss = ref_it->second.final_loss;
-  p.max_rel_param_diff = max_relative_difference(result.parameters, ref_it->second.parameters);
+  const Difference difference = relative_difference(result.parameters, ref_it->second.parameters);
+  p.max_rel_param_diff = difference.whole;
   p.within_tolerance = std::isfinite(p.max_rel_param_diff) && p.max_rel_param_diff <= p.tolerance;
+  if (!p.within_tolerance) {
+    const auto names = WorkloadRegistry::instance().get(spec.workload).make_model()->distinct_parameter_names();
+    p.worst_parameters = worst_parameters(difference, p.tolerance, names);
+  }
   p.compared_by_loss = StrategyRegistry::instance().get(spec.strategy).asynchronous;
   return p;
 }
@@ -109,7 +140,8 @@ void judge_parity(CaseRecord& record, const ParityRecord& parity, bool sync_bn) 
   } else if (!p.within_tolerance) {
     record.status = CaseStatus::Failed;
     record.reason = "parity: parameters differ from single by " + parity_number(p.max_rel_param_diff) +
-                    " (relative) after " + std::to_string(p.steps) + " steps, tolerance " + parity_number(p.tolerance);
+                    " (relative) after " + std::to_string(p.steps) + " steps, tolerance " + parity_number(p.tolerance) +
+                    (p.worst_parameters.empty() ? "" : "; most in " + p.worst_parameters);
   }
   record.parity = p;
 }

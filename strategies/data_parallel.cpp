@@ -28,10 +28,10 @@ void DataParallelStrategy::do_setup(const StrategySetup& setup) {
     replicas_.push_back(replica);
   }
   for (const auto& r : replicas_) {
-    replica_parameters_.push_back(r->parameters());
-    replica_buffers_.push_back(r->buffers());
+    replica_parameters_.push_back(r->distinct_parameters());
+    replica_buffers_.push_back(r->distinct_buffers());
   }
-  optimizer_ = setup.make_optimizer(master_->parameters());
+  optimizer_ = setup.make_optimizer(master_->trainable_parameters());
   precision_ = setup.precision;
   scaler_ = LossScaler(precision_);
   workers_ = std::make_unique<DeviceWorkers>(*devices_, setup.spec.world_size);

@@ -25,7 +25,7 @@ class DataParallelStrategy : public Strategy {
                                                    const StrategyOptions& options) const override;
   void do_setup(const StrategySetup& setup) override;
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) final;
-  std::vector<torch::Tensor> do_trained_parameters() override { return master_->parameters(); }
+  std::vector<torch::Tensor> do_trained_parameters() override { return master_->distinct_parameters(); }
 
   // Scatter, forward on every replica, loss, backward; returns the global batch's loss on device 0.
   // On return every replica's parameters hold its gradients.

@@ -78,8 +78,8 @@ class DdpStrategy final : public Strategy {
       ProcessGroupContext* group = group_;
       convert_to_sync_batch_norm(*model_, [group](const torch::Tensor& x) { return AllReduceSum::apply(x, group); });
     }
-    std::vector<torch::Tensor> state = model_->parameters();
-    buffers_ = model_->buffers();
+    std::vector<torch::Tensor> state = model_->distinct_parameters();
+    buffers_ = model_->distinct_buffers();
     state.insert(state.end(), buffers_.begin(), buffers_.end());
     start_from_rank0_state(state, *group_, "ddp");
     // With SyncBatchNorm every rank computes the same statistics; otherwise, as DDP, rank 0's
@@ -91,8 +91,8 @@ class DdpStrategy final : public Strategy {
     buckets.first_cap_mb = std::min(1.0, options_.bucket_mb);
     buckets.overlap = options_.overlap;
     buckets.grad_as_bucket_view = options_.grad_as_bucket_view;
-    bucketer_ = std::make_unique<GradientBucketer>(model_->parameters(), *group_, buckets);
-    optimizer_ = setup.make_optimizer(model_->parameters());
+    bucketer_ = std::make_unique<GradientBucketer>(model_->trainable_parameters(), *group_, buckets);
+    optimizer_ = setup.make_optimizer(model_->trainable_parameters());
     precision_ = setup.precision;
     scaler_ = LossScaler(precision_);
     checkpoint_every_ = options_.checkpoint_every > 0 ? options_.checkpoint_every : setup.steps_per_run;
@@ -133,7 +133,7 @@ class DdpStrategy final : public Strategy {
     return global_loss;
   }
 
-  std::vector<torch::Tensor> do_trained_parameters() override { return model_->parameters(); }
+  std::vector<torch::Tensor> do_trained_parameters() override { return model_->distinct_parameters(); }
   std::optional<c10::Device> do_batch_device() const override { return device_; }
 
   std::optional<CommSummary> do_comm_summary() const override {

@@ -78,8 +78,8 @@ class HogwildStrategy final : public Strategy {
       processes_ = std::make_unique<HogwildProcesses>(config, *model_);
       return;
     }
-    const auto parameters = model_->parameters();
-    const auto buffers = model_->buffers();
+    const auto parameters = model_->distinct_parameters();
+    const auto buffers = model_->distinct_buffers();
     for (int i = 0; i < workers_count_; ++i) {
       if (cuda_) worker_streams_.push_back(compat::cuda_pool_stream(device_.index()));
       workers_.push_back(std::make_unique<HogwildWorker>(clone_model(*model_, device_), parameters, buffers, *workload_,
@@ -170,7 +170,7 @@ class HogwildStrategy final : public Strategy {
     phases.add_measured(Phase::WorkerWait, std::max(0.0, parallel));
   }
 
-  std::vector<torch::Tensor> do_trained_parameters() override { return model_->parameters(); }
+  std::vector<torch::Tensor> do_trained_parameters() override { return model_->distinct_parameters(); }
   // Threads mode: the workers take their rows of a batch on device 0 (processes mode: from shared
   // host memory). The harness waits for a prefetched batch on the host, so workers on streams of
   // their own read it complete.

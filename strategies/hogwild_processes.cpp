@@ -139,8 +139,8 @@ BatchSlot batch_slot(const torch::Tensor& sample, std::int64_t global_batch, std
 // The shared tensors, over the worker's own model's shapes (checked against the parent's bytes).
 void shared_tensors(void* base, const ControlBlock& control, WorkloadModel& model, std::vector<torch::Tensor>& parameters,
                     std::vector<torch::Tensor>& buffers) {
-  const auto own_parameters = model.parameters();
-  const auto own_buffers = model.buffers();
+  const auto own_parameters = model.distinct_parameters();
+  const auto own_buffers = model.distinct_buffers();
   if (static_cast<int>(own_parameters.size()) != control.parameter_count ||
       static_cast<int>(own_buffers.size()) != control.buffer_count) {
     throw std::runtime_error("the worker's model does not match the parent's");
@@ -174,8 +174,8 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
   // A write to a dead worker's command pipe must fail with EPIPE (and name the worker), not end
   // this process with SIGPIPE.
   ::signal(SIGPIPE, SIG_IGN);
-  const auto parameters = model.parameters();
-  const auto buffers = model.buffers();
+  const auto parameters = model.distinct_parameters();
+  const auto buffers = model.distinct_buffers();
   if (parameters.size() + buffers.size() > static_cast<std::size_t>(kMaxTensors)) {
     throw CaseFailure("hogwild processes mode: the model has more than " + std::to_string(kMaxTensors) + " tensors");
   }

@@ -32,8 +32,8 @@ HogwildWorker::HogwildWorker(ModelPtr model, const std::vector<torch::Tensor>& s
   if (sync_every_ < 1) throw std::logic_error("hogwild: sync_every must be at least 1");
   torch::NoGradGuard no_grad;
   model_->train();
-  parameters_ = model_->parameters();
-  auto buffers = model_->buffers();
+  parameters_ = model_->distinct_parameters();
+  auto buffers = model_->distinct_buffers();
   if (parameters_.size() != shared_parameters.size() || buffers.size() != shared_buffers.size()) {
     throw std::logic_error("hogwild: a worker's model does not match the shared parameters");
   }
@@ -48,7 +48,10 @@ HogwildWorker::HogwildWorker(ModelPtr model, const std::vector<torch::Tensor>& s
       snapshot_.push_back(parameters_[i].detach().clone());
     }
   }
-  optimizer_ = make_optimizer(parameters_);
+  for (const auto& p : parameters_) {
+    if (p.requires_grad()) trainable_.push_back(p);
+  }
+  optimizer_ = make_optimizer(trainable_);
 }
 
 HogwildUpdate HogwildWorker::step(const torch::Tensor& inputs, const torch::Tensor& targets, PhaseRecorder& phases) {
@@ -64,16 +67,16 @@ HogwildUpdate HogwildWorker::step(const torch::Tensor& inputs, const torch::Tens
   {
     auto scope = phases.scope(Phase::Backward);
     // Gradients come back as new tensors: nothing accumulates into a .grad another worker could see.
-    grads = torch::autograd::grad({scaler_.scale(loss)}, parameters_, /*grad_outputs=*/{}, /*retain_graph=*/false,
+    grads = torch::autograd::grad({scaler_.scale(loss)}, trainable_, /*grad_outputs=*/{}, /*retain_graph=*/false,
                                   /*create_graph=*/false, /*allow_unused=*/true);
   }
   {
     auto scope = phases.scope(Phase::Optimizer);
-    for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].mutable_grad() = grads[i];
+    for (size_t i = 0; i < trainable_.size(); ++i) trainable_[i].mutable_grad() = grads[i];
     // sync_every 1: in place into the shared storage, without a lock. Under fp16 a step whose
     // gradients overflowed writes nothing.
     const bool stepped = scaler_.step(*optimizer_);
-    for (auto& p : parameters_) p.mutable_grad() = torch::Tensor();
+    for (auto& p : trainable_) p.mutable_grad() = torch::Tensor();
     ++local_steps_;
     if (sync_every_ == 1) {
       if (stepped) update.staleness = static_cast<std::int64_t>(updates_.fetch_add(1, std::memory_order_acq_rel) - read_ticket_);

@@ -35,7 +35,7 @@ struct HogwildUpdate {
 class HogwildWorker {
  public:
   // `model`: this worker's own model instance (its values are replaced). `shared_parameters` and
-  // `shared_buffers`: the shared storage, in the model's parameters() and buffers() order.
+  // `shared_buffers`: the shared storage, in the model's distinct_parameters() and distinct_buffers() order.
   // `updates`: the shared update counter, incremented after every write into the shared parameters.
   HogwildWorker(ModelPtr model, const std::vector<torch::Tensor>& shared_parameters,
                 const std::vector<torch::Tensor>& shared_buffers, const Workload& workload,
@@ -55,6 +55,7 @@ class HogwildWorker {
   const Workload& workload_;
   ModelPtr model_;
   std::vector<torch::Tensor> parameters_;  // model_'s parameters
+  std::vector<torch::Tensor> trainable_;   // those that require a gradient: what it steps
   std::vector<torch::Tensor> shared_;      // the shared parameters (sync_every > 1)
   std::vector<torch::Tensor> snapshot_;    // the shared parameters as of the last sync (sync_every > 1)
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

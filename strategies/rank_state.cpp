@@ -46,13 +46,18 @@ void start_from_rank0_state(const std::vector<torch::Tensor>& state, ProcessGrou
   group.broadcast_from_rank0(state, "initial broadcast of rank 0's parameters and buffers");
 }
 
-void agree_on_overflow(const std::vector<torch::Tensor>& shards, ProcessGroupContext& group) {
+void agree_on_overflow(const std::vector<torch::Tensor>& shards, const c10::Device& device, ProcessGroupContext& group) {
   torch::NoGradGuard no_grad;
-  auto found = torch::zeros({1}, shards.front().grad().options().dtype(torch::kFloat));
-  for (const auto& s : shards) found += s.grad().isfinite().logical_not().any().to(torch::kFloat);
+  // A rank may hold no piece with a gradient (a parameter no rank used; a chunk of padding alone).
+  auto found = torch::zeros({1}, torch::TensorOptions().device(device).dtype(torch::kFloat));
+  for (const auto& s : shards) {
+    if (s.grad().defined()) found += s.grad().isfinite().logical_not().any().to(torch::kFloat);
+  }
   group.allreduce(found, "all-reduce of the fp16 overflow flag");
   if (found.item<float>() > 0) {
-    for (const auto& s : shards) s.grad().fill_(std::numeric_limits<float>::quiet_NaN());
+    for (const auto& s : shards) {
+      if (s.grad().defined()) s.grad().fill_(std::numeric_limits<float>::quiet_NaN());
+    }
   }
 }
 

@@ -27,7 +27,7 @@ void start_from_rank0_state(const std::vector<torch::Tensor>& state, ProcessGrou
 // ranks could disagree on whether the step overflowed and skip differently. One flag is summed over
 // the ranks; where any rank found an inf or NaN, every rank poisons its own chunks so that its
 // LossScaler skips the step too.
-void agree_on_overflow(const std::vector<torch::Tensor>& shards, ProcessGroupContext& group);
+void agree_on_overflow(const std::vector<torch::Tensor>& shards, const c10::Device& device, ProcessGroupContext& group);
 
 struct RankForward {
   torch::Tensor loss;  // this rank's mean loss over its part of the batch

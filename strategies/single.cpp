@@ -14,7 +14,7 @@ class SingleStrategy final : public Strategy {
     model_ = setup.model;
     model_->to(device_);
     model_->train();
-    optimizer_ = setup.make_optimizer(model_->parameters());
+    optimizer_ = setup.make_optimizer(model_->trainable_parameters());
     precision_ = setup.precision;
     scaler_ = LossScaler(precision_);
   }
@@ -46,7 +46,7 @@ class SingleStrategy final : public Strategy {
     return loss.detach();
   }
 
-  std::vector<torch::Tensor> do_trained_parameters() override { return model_->parameters(); }
+  std::vector<torch::Tensor> do_trained_parameters() override { return model_->distinct_parameters(); }
   std::optional<c10::Device> do_batch_device() const override { return device_; }
 
  private:

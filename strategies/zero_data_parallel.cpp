@@ -30,8 +30,8 @@ class ZeroStrategy final : public Strategy {
     model_ = setup.model;
     model_->to(device_);
     model_->train();
-    std::vector<torch::Tensor> state = model_->parameters();
-    buffers_ = model_->buffers();
+    std::vector<torch::Tensor> state = model_->distinct_parameters();
+    buffers_ = model_->distinct_buffers();
     state.insert(state.end(), buffers_.begin(), buffers_.end());
     start_from_rank0_state(state, *group_, name_);
 
@@ -39,11 +39,11 @@ class ZeroStrategy final : public Strategy {
     buckets.caps = {setup.options.ddp.bucket_mb, std::min(1.0, setup.options.ddp.bucket_mb)};
     buckets.overlap = setup.options.ddp.overlap;
     buckets.keep_full_gradients = stage_ == 1;
-    shards_ = std::make_unique<ShardedBuckets>(model_->parameters(), *group_, buckets);
+    shards_ = std::make_unique<ShardedBuckets>(model_->trainable_parameters(), *group_, buckets);
     // The optimizer sees this rank's chunks only: its state is 1/N of the model's. ddpbench's
     // optimizers (SGD with momentum, AdamW) work element by element, so stepping chunks computes
     // what stepping whole parameters would.
-    optimizer_ = setup.make_optimizer(shards_->parameter_shards());
+    optimizer_ = setup.make_optimizer(shards_->optimizer_parameters());
     precision_ = setup.precision;
     scaler_ = LossScaler(precision_);
   }
@@ -68,7 +68,7 @@ class ZeroStrategy final : public Strategy {
     }
     {
       auto scope = phases.scope(Phase::Optimizer);
-      if (scaler_.enabled()) agree_on_overflow(shards_->parameter_shards(), *group_);
+      if (scaler_.enabled()) agree_on_overflow(shards_->optimizer_parameters(), device_, *group_);
       scaler_.step(*optimizer_);
     }
     {
@@ -78,7 +78,7 @@ class ZeroStrategy final : public Strategy {
     return global_loss;
   }
 
-  std::vector<torch::Tensor> do_trained_parameters() override { return model_->parameters(); }
+  std::vector<torch::Tensor> do_trained_parameters() override { return model_->distinct_parameters(); }
 
   std::optional<CommSummary> do_comm_summary() const override {
     const auto& t = shards_->traffic();

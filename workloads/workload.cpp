@@ -4,6 +4,7 @@
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "base/errors.h"
 #include "compat/torch_compat.h"
@@ -33,7 +34,35 @@ void copy_by_name(const torch::OrderedDict<std::string, torch::Tensor>& from,
   }
 }
 
+std::vector<torch::Tensor> each_tensor_once(const std::vector<torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& t : tensors) {
+    if (seen.insert(t.unsafeGetTensorImpl()).second) out.push_back(t);
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<torch::Tensor> WorkloadModel::distinct_parameters() const { return each_tensor_once(parameters()); }
+std::vector<torch::Tensor> WorkloadModel::distinct_buffers() const { return each_tensor_once(buffers()); }
+std::vector<std::string> WorkloadModel::distinct_parameter_names() const {
+  std::vector<std::string> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& p : named_parameters()) {
+    if (seen.insert(p.value().unsafeGetTensorImpl()).second) out.push_back(p.key());
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> WorkloadModel::trainable_parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : distinct_parameters()) {
+    if (p.requires_grad()) out.push_back(p);
+  }
+  return out;
+}
 
 void set_floating_dtype(torch::nn::Module& model, c10::ScalarType dtype) {
   torch::NoGradGuard no_grad;
@@ -91,9 +120,9 @@ torch::Tensor Workload::loss(const torch::Tensor& output, const torch::Tensor& t
 WorkloadFacts Workload::facts() const {
   WorkloadFacts f;
   torch::NoGradGuard no_grad;
-  for (const auto& p : make_model()->parameters()) {
+  for (const auto& p : make_model()->distinct_parameters()) {
     f.parameters += p.numel();
-    f.gradient_bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
+    if (p.requires_grad()) f.gradient_bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
   }
   f.flops_per_sample = flops_per_sample();
   return f;

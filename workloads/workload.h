@@ -50,6 +50,19 @@ class WorkloadModel : public torch::nn::Module {
   // k's computation through call_unit(k, ...). Parameters in no unit belong to the root, held for the
   // whole step. Empty (the default): the whole model is the root, one unit.
   virtual std::vector<WrapUnit> wrap_units() { return {}; }
+  // Each parameter (buffer) once, in registration order. LibTorch's parameters() lists a tensor once
+  // per name it is registered under, so a tied weight (GPT-2's head reusing its embedding) or a
+  // submodule registered twice would be stepped twice a step and counted twice; PyTorch's Python
+  // lists it once, and so does every strategy that uses these.
+  std::vector<torch::Tensor> distinct_parameters() const;
+  std::vector<torch::Tensor> distinct_buffers() const;
+  // The distinct parameters that require a gradient: what an optimizer steps and a strategy reduces.
+  // A frozen one (requires_grad false: fine-tuning's frozen layers) gets no gradient, no optimizer
+  // state and no traffic, as under PyTorch; it is still held, broadcast at the start and counted.
+  std::vector<torch::Tensor> trainable_parameters() const;
+  // The name each of distinct_parameters() has first (a tied weight: the name it was registered under first).
+  std::vector<std::string> distinct_parameter_names() const;
+
   // Installed by the strategy that shards the model (fsdp), for as long as it runs it; nothing by
   // default, and then call_unit costs one null test.
   void set_unit_hooks(UnitCallHooks* hooks) { unit_hooks_ = hooks; }

@@ -83,6 +83,8 @@ struct RankOutcome {
   int buckets = 0;
   ShardTraffic traffic;
   bool autograd_grads_left = false;
+  // After the last reduce-scatter: the elements of the optimizer's pieces, and of those with a gradient.
+  std::int64_t piece_elements = 0, piece_elements_with_gradient = 0;
 };
 
 // Each rank: its slice of the batch, the buckets' reduce-scatter, SGD on its chunks only, all-gather.
@@ -109,6 +111,11 @@ std::vector<RankOutcome> train_sharded(int world, int steps, ShardedBucketOption
       shards.prepare_step(share, loss.detach() * share);
       loss.backward();
       o.losses.push_back(shards.wait_reduce_scatter().item<double>());
+      o.piece_elements = o.piece_elements_with_gradient = 0;
+      for (const auto& piece : shards.optimizer_parameters()) {
+        o.piece_elements += piece.numel();
+        if (piece.grad().defined()) o.piece_elements_with_gradient += piece.numel();
+      }
       {
         torch::NoGradGuard no_grad;
         for (auto& shard : shards.parameter_shards()) shard.sub_(kLr * shard.grad());
@@ -206,13 +213,28 @@ TEST(ShardedBuckets, OverlapLaunchesEveryBucketInsideBackwardAndNoOverlapNone) {
   }
 }
 
+TEST(ShardedBuckets, TheOptimizersPiecesCoverEveryParameterAndThoseNoRankUsedHaveNoGradient) {
+  for (const int world : {2, 3}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    std::int64_t pieces = 0, with_gradient = 0;
+    for (const auto& o : train_sharded(world, 2, small_buckets(false))) {
+      pieces += o.piece_elements;
+      with_gradient += o.piece_elements_with_gradient;
+    }
+    EXPECT_EQ(pieces, 66 + 6) << "the body and the unused head, each element once over the ranks, no padding";
+    EXPECT_EQ(with_gradient, 66) << "the unused head's pieces keep no gradient: an optimizer skips them";
+  }
+}
+
 TEST(ShardedBuckets, TrafficCountsThePaddedBucketsEachWayAndTheLoss) {
   const auto ranks = train_sharded(3, 2, small_buckets(true));
   for (const auto& o : ranks) {
     EXPECT_EQ(o.traffic.steps, 2);
     EXPECT_EQ(o.traffic.reduce_scatter_bytes, 2 * o.padded_bytes);
     EXPECT_EQ(o.traffic.all_gather_bytes, 2 * o.padded_bytes);
-    EXPECT_EQ(o.traffic.allreduce_bytes, 2 * 8);  // one float64 loss a step
+    // One float64 loss a step, and the used-parameter flags (a float each of the 6 parameters): the
+    // unused head keeps them going every step.
+    EXPECT_EQ(o.traffic.allreduce_bytes, 2 * 8 + 2 * 6 * 4);
     EXPECT_GT(o.traffic.reduce_scatter_seconds, 0);
     EXPECT_GT(o.traffic.all_gather_seconds, 0);
   }

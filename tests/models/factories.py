@@ -161,3 +161,120 @@ class CalledInABranch(nn.Module):
 
 def called_in_a_branch():
     return CalledInABranch()
+
+
+# ---- shapes the reference check trains under PyTorch's own loop (tests/models/test_reference_loop.cpp)
+# Each takes float:8 inputs and gives class:4 logits, unless it says otherwise; none draws random
+# numbers in forward (dropout), so both loops compute the same thing from the same file.
+
+class TiedEmbedding(nn.Module):
+    """GPT-2's weight tying: the output head *is* the embedding's weight (one tensor, two names).
+    Takes tokens:8 over a vocabulary of 32 and predicts the next token."""
+    def __init__(self, vocab=32, width=16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.mix = nn.Linear(width, width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.mix(self.embed(tokens))))
+
+
+def tied_embedding():
+    return TiedEmbedding()
+
+
+class SharedSubmodule(nn.Module):
+    """One Linear registered under two names and called through both."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 8)
+        self.block = nn.Linear(8, 8)
+        self.again = self.block
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.again(torch.tanh(self.block(torch.tanh(self.inp(x)))))))
+
+
+def shared_submodule():
+    return SharedSubmodule()
+
+
+class FrozenBackbone(nn.Module):
+    """Fine-tuning: a backbone saved with requires_grad False under a trained head."""
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16))
+        for p in self.backbone.parameters():
+            p.requires_grad_(False)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.backbone(x)))
+
+
+def frozen_backbone():
+    return FrozenBackbone()
+
+
+class UnusedBranch(nn.Module):
+    """A layer forward never calls (an auxiliary head left in the model): it gets no gradient."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 8)
+        self.unused = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.inp(x)))
+
+
+def unused_branch():
+    return UnusedBranch()
+
+
+class BuffersOfSeveralDtypes(nn.Module):
+    """Buffers in float64, int64 and bool, each read by forward."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 4)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 8, dtype=torch.float64))
+        self.register_buffer("order", torch.arange(7, -1, -1))
+        self.register_buffer("keep", torch.tensor([True, False] * 4))
+
+    def forward(self, x):
+        h = torch.tanh(self.inp(x)) * self.scale.to(x.dtype)
+        h = torch.where(self.keep, h, -h)
+        return self.head(h.index_select(1, self.order))
+
+
+def buffers_of_several_dtypes():
+    return BuffersOfSeveralDtypes()
+
+
+class _ScaledLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.scale = nn.Parameter(torch.ones(8, dtype=torch.float64))
+
+    def forward(self, x):
+        return self.lin(x) * self.scale.to(x.dtype)
+
+
+class MixedDtypeUnit(nn.Module):
+    """A float64 parameter beside float32 ones in one submodule (one wrap unit for fsdp)."""
+    def __init__(self):
+        super().__init__()
+        self.block = _ScaledLinear()
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.block(x)))
+
+
+def mixed_dtype_unit():
+    return MixedDtypeUnit()

@@ -11,6 +11,7 @@
 #include "models/scripted_workload.h"
 #include "models/workload_sources.h"
 #include "strategies/strategy.h"
+#include "tests/models/exported_models.h"
 #include "tests/support/test_support.h"
 #include "workloads/workload.h"
 
@@ -19,30 +20,7 @@ namespace {
 
 using testing::run_process;
 using testing::ScratchDir;
-
-// The interpreter with the torch that matches this build's LibTorch: Debian's, or DDPBENCH_PYTHON.
-std::string python() {
-  const char* other = std::getenv("DDPBENCH_PYTHON");
-  return other != nullptr && *other != '\0' ? other : "/usr/bin/python3";
-}
-
-// `factory` (in tests/models/factories.py) exported once per test process with `flags`; the path
-// of its .pt (its sidecar beside it).
-std::string exported_model(const std::string& name, const std::string& factory, const std::vector<std::string>& flags) {
-  static ScratchDir dir;
-  static std::mutex mutex;
-  static std::map<std::string, std::string> done;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = done.find(name); it != done.end()) return it->second;
-  const std::string path = dir.file(name + ".pt");
-  std::vector<std::string> args = {python(), std::string(DDPBENCH_SOURCE_DIR) + "/scripts/ddpbench-export",
-                                   "factories:" + factory, "-o", path};
-  args.insert(args.end(), flags.begin(), flags.end());
-  const auto r = run_process(args, 0, {{"PYTHONPATH", std::string(DDPBENCH_SOURCE_DIR) + "/tests/models"}});
-  if (r.exit_code != 0) throw std::runtime_error("ddpbench-export " + factory + " failed: " + r.err + r.out);
-  done[name] = path;
-  return path;
-}
+using testing::exported_model;
 
 // 16x16 images, batch 4: every layer still runs (layer4 at 1x1, as the BatchNorm variant below);
 // at 32x32 and batch 8 its run under every strategy took 46 s of a CTest on the 2-core VM.

@@ -1,0 +1,148 @@
+// The user's own model where it is not shaped like ours, under every strategy: a tensor registered
+// under two names (a tied weight, a shared submodule) is one parameter; parameters saved frozen get
+// no gradient, optimizer state or traffic; a parameter no rank uses is left alone (not decayed);
+// a unit of two dtypes is refused by fsdp in one line. test_reference_loop.cpp holds `single` itself
+// to PyTorch's loop on the same shapes.
+#include <gtest/gtest.h>
+
+#include "strategies/strategy.h"
+#include "tests/models/exported_models.h"
+#include "tests/support/test_support.h"
+
+namespace ddpbench {
+namespace {
+
+using nlohmann::json;
+using testing::exported_model;
+using testing::run_process;
+using testing::ScratchDir;
+
+const std::vector<std::string> kFloat8 = {"--input", "float:8", "--classes", "4", "--batch", "8", "--lr", "0.1"};
+
+// Every strategy at world 2 on `model`, a few steps: the cases by name.
+std::map<std::string, json> run_all(const std::string& model, const std::string& json_path,
+                                    std::vector<std::string> extra = {}) {
+  extra.insert(extra.end(), {"--model", model});
+  const auto r = run_process(testing::ddpbench_run({{"--device", "cpu"}, {"--world-size", "2"}, {"--steps", "2"},
+                                                    {"--warmup", "1"}, {"--repetitions", "1"}, {"--parity-steps", "2"},
+                                                    {"--strategy", "all"}},
+                                                   json_path, extra));
+  EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.err << r.out;
+  std::map<std::string, json> out;
+  const json doc = json::parse(testing::read_text(json_path));
+  for (const auto& b : doc["benchmarks"]) {
+    if (b["run_type"] == "iteration") out.emplace(b["ddpbench"]["strategy"].get<std::string>(), b["ddpbench"]);
+  }
+  return out;
+}
+
+void expect_ok_and_at_parity(const std::map<std::string, json>& cases) {
+  ASSERT_EQ(cases.size(), StrategyRegistry::instance().names().size());
+  for (const auto& [strategy, c] : cases) {
+    SCOPED_TRACE(strategy);
+    ASSERT_EQ(c["status"], "ok") << c["reason"];
+    if (c["parity"]["compared_by"] == "parameters") {
+      EXPECT_LE(c["parity"]["max_rel_param_diff"].get<double>(), c["parity"]["tolerance"].get<double>());
+    }
+  }
+}
+
+std::int64_t memory_of(const json& c, const char* kind) { return c["memory"][0][kind].get<std::int64_t>(); }
+
+TEST(ModelShapes, ATensorUnderTwoNamesIsOneParameterUnderEveryStrategy) {
+  struct Shape {
+    std::string factory;
+    std::vector<std::string> flags;
+    std::int64_t parameters;  // as PyTorch counts them: each tensor once
+    int fsdp_groups;          // fsdp's communication groups: its units with parameters, and the root
+  };
+  const std::vector<Shape> shapes = {
+      // embed (32x16, tied with head) + mix (16x16 + 16): the tied weight is the root's, mix one unit.
+      {"tied_embedding", {"--input", "tokens:8", "--vocab", "32", "--next-token", "--batch", "8"}, 32 * 16 + 16 * 16 + 16, 2},
+      // inp, block (== again), head: 72 + 72 + 36; block's weights, named by two units, are the root's.
+      {"shared_submodule", kFloat8, 72 + 72 + 36, 3},
+  };
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(s.factory);
+    ScratchDir dir;
+    const auto cases = run_all(exported_model("shapes-" + s.factory, s.factory, s.flags), dir.file("r.json"));
+    expect_ok_and_at_parity(cases);
+    for (const auto& [strategy, c] : cases) {
+      SCOPED_TRACE(strategy);
+      EXPECT_EQ(c["workload_facts"]["parameters"].get<std::int64_t>(), s.parameters);
+      EXPECT_EQ(c["workload_facts"]["gradient_bytes"].get<std::int64_t>(), 4 * s.parameters);
+    }
+    const json& single = cases.at("single");
+    EXPECT_EQ(memory_of(single, "parameter_bytes"), 4 * s.parameters);
+    EXPECT_EQ(memory_of(single, "gradient_bytes"), 4 * s.parameters);
+    EXPECT_EQ(memory_of(single, "optimizer_state_bytes"), 4 * s.parameters) << "one momentum buffer per tensor";
+    EXPECT_EQ(cases.at("ddp")["comm"]["bytes_per_step"].get<std::int64_t>(), 4 * s.parameters + 4) << "gradients and the loss";
+    EXPECT_EQ(cases.at("fsdp")["comm"]["buckets"].get<int>(), s.fsdp_groups);
+  }
+}
+
+TEST(ModelShapes, FrozenParametersGetNoGradientOptimizerStateOrTrafficUnlessAskedToTrain) {
+  const std::string model = exported_model("shapes-frozen", "frozen_backbone", [] {
+    auto f = kFloat8;
+    f.insert(f.end(), {"--weight-decay", "0.1"});
+    return f;
+  }());
+  const std::int64_t all = 8 * 16 + 16 + 16 * 16 + 16 + 16 * 4 + 4, head = 16 * 4 + 4;
+  for (const bool train_frozen : {false, true}) {
+    SCOPED_TRACE(train_frozen ? "frozen=train" : "frozen kept");
+    ScratchDir dir;
+    const auto cases = run_all(model, dir.file("r.json"), train_frozen ? std::vector<std::string>{"--model-set", "frozen=train"}
+                                                                        : std::vector<std::string>{});
+    expect_ok_and_at_parity(cases);
+    const std::int64_t trained = train_frozen ? all : head;
+    for (const auto& [strategy, c] : cases) {
+      SCOPED_TRACE(strategy);
+      EXPECT_EQ(c["workload_facts"]["parameters"].get<std::int64_t>(), all);
+      EXPECT_EQ(c["workload_facts"]["gradient_bytes"].get<std::int64_t>(), 4 * trained);
+    }
+    for (const char* strategy : {"single", "dp", "ddp"}) {
+      SCOPED_TRACE(strategy);
+      const json& c = cases.at(strategy);
+      EXPECT_EQ(memory_of(c, "parameter_bytes"), 4 * all);
+      EXPECT_EQ(memory_of(c, "gradient_bytes"), 4 * trained);
+      EXPECT_EQ(memory_of(c, "optimizer_state_bytes"), 4 * trained);
+    }
+    EXPECT_EQ(cases.at("ddp")["comm"]["bytes_per_step"].get<std::int64_t>(), 4 * trained + 4);
+    for (const char* strategy : {"zero1", "zero2", "fsdp"}) {
+      SCOPED_TRACE(strategy);
+      const auto padded = 4 * (trained + trained % 2);
+      EXPECT_EQ(cases.at(strategy)["comm"]["reduce_scatter_bytes_per_step"].get<std::int64_t>(), padded);
+      EXPECT_LE(memory_of(cases.at(strategy), "optimizer_state_bytes"), padded / 2 + 4) << "half the trained ones, each rank";
+    }
+  }
+}
+
+TEST(ModelShapes, AParameterNoRankUsesIsNotDecayedByAnyStrategy) {
+  // SGD with weight decay, which parity trains with too: a zero-filled gradient would decay `unused`.
+  auto flags = kFloat8;
+  flags.insert(flags.end(), {"--weight-decay", "0.1"});
+  ScratchDir dir;
+  const auto cases = run_all(exported_model("shapes-unused", "unused_branch", flags), dir.file("r.json"));
+  expect_ok_and_at_parity(cases);
+}
+
+TEST(ModelShapes, FsdpRefusesAUnitOfTwoDtypesInOneLineAndTheOthersTrainIt) {
+  ScratchDir dir;
+  const auto cases = run_all(exported_model("shapes-mixed", "mixed_dtype_unit", kFloat8), dir.file("r.json"),
+                             {"--strategy", "single,ddp,zero2,fsdp"});
+  ASSERT_EQ(cases.size(), 4u);
+  const json& fsdp = cases.at("fsdp");
+  EXPECT_EQ(fsdp["status"], "failed");
+  const std::string reason = fsdp["reason"].get<std::string>();
+  EXPECT_NE(reason.find("fsdp: wrap unit 'block' holds float"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("float32"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("float64"), std::string::npos) << reason;
+  EXPECT_EQ(reason.find('\n'), std::string::npos) << reason;
+  for (const char* strategy : {"single", "ddp", "zero2"}) {
+    SCOPED_TRACE(strategy);
+    EXPECT_EQ(cases.at(strategy)["status"], "ok") << cases.at(strategy)["reason"];
+  }
+}
+
+}  // namespace
+}  // namespace ddpbench
