@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "compat/c10d_compat.h"
+
 namespace ddpbench {
 namespace {
 
@@ -36,7 +38,10 @@ GradientBucketer::GradientBucketer(std::vector<torch::Tensor> parameters, Proces
     for (auto k : bucket->params) numel += parameters_[k].numel();
     if (b == 0) loss_offset_ = numel;
     const auto& first = parameters_[bucket->params.front()];
-    bucket->flat = torch::zeros({numel + (b == 0 ? 1 : 0)}, first.options().requires_grad(false));
+    // A dtype the backend cannot reduce (1.13's Gloo has no bfloat16) is reduced in float32, as
+    // FSDP2's reduce_dtype: the gradients are widened into the bucket and narrowed back out of it.
+    const bool widen = first.scalar_type() == torch::kBFloat16 && group_.kind() == DeviceKind::Cpu && !compat::gloo_sends_bf16();
+    bucket->flat = torch::zeros({numel + (b == 0 ? 1 : 0)}, first.options().requires_grad(false).dtype(widen ? torch::kFloat : first.scalar_type()));
     std::int64_t offset = 0;
     for (std::size_t s = 0; s < bucket->params.size(); ++s) {
       const auto k = bucket->params[s];
@@ -50,7 +55,7 @@ GradientBucketer::GradientBucketer(std::vector<torch::Tensor> parameters, Proces
   }
 
   for (std::size_t k = 0; k < parameters_.size(); ++k) {
-    if (options_.grad_as_bucket_view) parameters_[k].mutable_grad() = buckets_[bucket_of_[k]]->views[slot_of_[k]];
+    if (can_be_bucket_view(k)) parameters_[k].mutable_grad() = buckets_[bucket_of_[k]]->views[slot_of_[k]];
   }
   hooks_ = std::make_unique<GradientReadyHooks>(parameters_, [this](std::size_t k) { on_gradient_ready(k); });
   unused_ = std::make_unique<UnusedParameterFlags>(parameters_.size(), buckets_[0]->flat);
@@ -65,6 +70,11 @@ std::int64_t GradientBucketer::bytes_per_step() const {
 std::int64_t GradientBucketer::bucket_bytes(std::size_t bucket) const {
   const auto& flat = buckets_.at(bucket)->flat;
   return flat.numel() * static_cast<std::int64_t>(flat.element_size());
+}
+
+bool GradientBucketer::can_be_bucket_view(std::size_t k) const {
+  return options_.grad_as_bucket_view &&
+         buckets_[bucket_of_[k]]->flat.scalar_type() == parameters_[k].scalar_type();  // not a widened bucket
 }
 
 void GradientBucketer::mark_ready(Bucket& bucket) { bucket.ready = std::chrono::steady_clock::now(); }
@@ -191,7 +201,7 @@ torch::Tensor GradientBucketer::unpack() {
     if (p.grad().defined()) {
       p.mutable_grad().copy_(view);
     } else {
-      p.mutable_grad() = view.clone();
+      p.mutable_grad() = view.scalar_type() == p.scalar_type() ? view.clone() : view.to(p.scalar_type());
     }
   }
   return buckets_[0]->flat.narrow(0, loss_offset_, 1).clone().reshape({});
@@ -203,7 +213,9 @@ void GradientBucketer::zero_grad() {
     for (auto& b : buckets_) b->flat.zero_();
     for (std::size_t k = 0; k < parameters_.size(); ++k) {
       const auto& view = buckets_[bucket_of_[k]]->views[slot_of_[k]];
-      if (!parameters_[k].grad().defined() || parameters_[k].grad().data_ptr() != view.data_ptr()) {
+      if (!can_be_bucket_view(k)) {
+        parameters_[k].mutable_grad() = torch::Tensor();
+      } else if (!parameters_[k].grad().defined() || parameters_[k].grad().data_ptr() != view.data_ptr()) {
         parameters_[k].mutable_grad() = view;
       }
     }

@@ -88,6 +88,7 @@ class GradientBucketer {
   void launch_ready_buckets();  // in index order, as every rank must
   void launch(Bucket& bucket);
   void mark_ready(Bucket& bucket);  // its pending count reached zero
+  bool can_be_bucket_view(std::size_t param) const;  // --grad-as-bucket-view, and its bucket is in its dtype
 
   std::vector<torch::Tensor> parameters_;
   ProcessGroupContext& group_;

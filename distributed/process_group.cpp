@@ -308,8 +308,14 @@ void ProcessGroupContext::broadcast_from_rank0(const std::vector<torch::Tensor>&
     for (const auto& t : tensors) {
       if (t.scalar_type() == dtype) group.push_back(t.detach().reshape({-1}));
     }
-    std::vector<torch::Tensor> flat{torch::cat(group)};
+    const torch::Tensor values = torch::cat(group);
+    if (values.numel() == 0) continue;  // zero-element tensors only: nothing to send
+    // A broadcast copies bits: a dtype the backend may not send (Gloo has no bool, 1.13's Gloo no
+    // bfloat16) goes as its bytes, which every backend sends.
+    std::vector<torch::Tensor> flat{values};
+    if (dtype == torch::kBool || dtype == torch::kBFloat16 || dtype == torch::kHalf) flat[0] = values.view(torch::kByte);
     wait(group_->broadcast(flat), what);
+    flat[0] = flat[0].view(dtype);
     std::int64_t offset = 0;
     torch::NoGradGuard no_grad;
     for (const auto& t : tensors) {

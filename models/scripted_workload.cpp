@@ -25,18 +25,6 @@ namespace ddpbench {
 
 namespace {
 
-// The line of an error that says what went wrong: the TorchScript interpreter's errors open with
-// "The following operation failed..." and a traceback, and end with the Python-style error line.
-std::string telling_line(const std::string& text) {
-  if (text.rfind("The following operation failed", 0) != 0) return first_line(text);
-  std::string last, line;
-  std::istringstream in(text);
-  while (std::getline(in, line)) {
-    if (line.find_first_not_of(" \t") != std::string::npos) last = line;
-  }
-  return last;
-}
-
 // A deep copy whose tensors are leaves: Module::deepcopy() clones them, and a clone taken with
 // gradients on is a non-leaf that no optimizer may update.
 torch::jit::Module leaf_copy(const torch::jit::Module& module) {

@@ -179,7 +179,8 @@ std::string encode(const ParityRecord& p) {
               {"reference", p.reference},
               {"dtype", p.dtype},
               {"note", p.note},
-              {"worst_parameters", p.worst_parameters}}
+              {"worst_parameters", p.worst_parameters},
+              {"checked", p.checked}}
       .dump();
 }
 
@@ -196,6 +197,7 @@ ParityRecord decode_parity(const std::string& text) {
     p.dtype = j.at("dtype").get<std::string>();
     p.note = j.at("note").get<std::string>();
     p.worst_parameters = j.value("worst_parameters", "");
+    p.checked = j.value("checked", true);
     return p;
   });
 }

@@ -89,6 +89,8 @@ struct ParityRecord {
   // Where a comparison by parameters fails: the parameters that differ most, by name, each with its
   // own max|p - p_ref| / max|p_ref| ("fc3.bias 5.6e-03, fc3.weight 2.1e-03"); empty when within.
   std::string worst_parameters;
+  // False where the parity pass could not train the model at all (the note says why): no verdict.
+  bool checked = true;
 };
 
 // An asynchronous strategy's loss against `single`'s after the same samples (the same steps of the

@@ -415,7 +415,8 @@ def render_html(docs, cases, charts):
         p = c.fields.get("parity")
         if p:
             parity_rows.append([c.name, p["steps"], f"{p['max_rel_param_diff']:.2e}", p["tolerance"],
-                                "ok" if p["within_tolerance"] else "DIFF", p.get("note", "")])
+                                "cannot tell" if p.get("checked") is False else "ok" if p["within_tolerance"] else "DIFF",
+                                p.get("note", "")])
     parts.append("<h2>Parity with single</h2>" +
                  _table(["case", "steps", "max rel. param diff", "tolerance", "result", "note"], parity_rows))
     for source, doc in docs:

@@ -79,6 +79,7 @@ _SCHEMA = {
     "benchmarks/[*]/ddpbench/parity": (_DICT, _NULL), "benchmarks/[*]/ddpbench/parity/steps": (_NUM,),
     "benchmarks/[*]/ddpbench/parity/max_rel_param_diff": (_NUM,), "benchmarks/[*]/ddpbench/parity/tolerance": (_NUM,),
     "benchmarks/[*]/ddpbench/parity/within_tolerance": (_BOOL,), "benchmarks/[*]/ddpbench/parity/note": (_STR,),
+    "benchmarks/[*]/ddpbench/parity/checked": (_BOOL,), "benchmarks/[*]/ddpbench/parity/worst_parameters": (_STR,),
     "benchmarks/[*]/ddpbench/loss_curve": (_DICT,), "benchmarks/[*]/ddpbench/loss_curve/samples_seen": (_LIST,),
     "benchmarks/[*]/ddpbench/loss_curve/samples_seen/[*]": (_NUM,),
     "benchmarks/[*]/ddpbench/loss_curve/loss": (_LIST,), "benchmarks/[*]/ddpbench/loss_curve/loss/[*]": (_NUM, _NULL),

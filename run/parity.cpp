@@ -89,6 +89,23 @@ ParityCheck::Reference ParityCheck::train_untimed(const CaseSpec& spec, int step
   return out;
 }
 
+ParityCheck::Reference ParityCheck::train_or_say_why(const CaseSpec& spec, int steps) {
+  if (builder_.parity_dtype_of(spec) != torch::kDouble) {
+    return train_untimed(spec, steps);  // the dtype it is measured in: a failure is the case's
+  }
+  try {
+    return train_untimed(spec, steps);
+  } catch (const StopRequested&) {
+    throw;
+  } catch (const CaseFailure&) {
+    throw;  // a dead peer, a timeout: the case's failure, not the model's dtype
+  } catch (const std::exception& e) {
+    Reference failed;
+    failed.failed = telling_line(e.what());
+    return failed;
+  }
+}
+
 ParityRecord ParityCheck::measure(const CaseSpec& spec) {
   const RunnerOptions& options = builder_.options();
   const ProcessGroupContext* group = builder_.group();
@@ -99,15 +116,25 @@ ParityRecord ParityCheck::measure(const CaseSpec& spec) {
     CaseSpec reference = spec;
     reference.strategy = "single";
     reference.world_size = 1;
-    ref_it = references_.emplace(spec.workload, train_untimed(reference, steps)).first;
+    ref_it = references_.emplace(spec.workload, train_or_say_why(reference, steps)).first;
   }
-  const Reference result = train_untimed(spec, steps);
+  // Trained even where single's pass failed: the other ranks train it, and its collectives need
+  // every rank. The same model fails at the same op on every rank.
+  const Reference result = train_or_say_why(spec, steps);
 
   ParityRecord p;
   p.steps = steps;
   p.dtype = builder_.parity_dtype_of(spec) == torch::kDouble ? "fp64" : to_string(options.precision);
   p.tolerance = options.parity_tolerance;
   p.final_loss = result.final_loss;
+  const std::string failed = compares && !ref_it->second.failed.empty() ? ref_it->second.failed : result.failed;
+  if (!failed.empty()) {
+    p.checked = false;
+    p.within_tolerance = false;
+    p.note = "parity not checked: the float64 parity pass cannot train this model (" + failed +
+             "), so the difference from single cannot be told; the measured run trains in " + to_string(options.precision);
+    return p;
+  }
   if (!compares) return p;  // ranks other than 0 only train
   p.reference_final_loss = ref_it->second.final_loss;
   const Difference difference = relative_difference(result.parameters, ref_it->second.parameters);
@@ -125,7 +152,9 @@ void judge_parity(CaseRecord& record, const ParityRecord& parity, bool sync_bn) 
   ParityRecord p = parity;
   const auto& workload = WorkloadRegistry::instance().get(record.spec.workload);
   const bool synced_bn = StrategyRegistry::instance().get(record.spec.strategy).multi_process && sync_bn;
-  if (p.compared_by_loss) {
+  if (!p.checked) {
+    // Nothing compared: neither ok nor failed; the note says why.
+  } else if (p.compared_by_loss) {
     // Asynchronous updates land on parameters other workers are reading: no tolerance applies to
     // the parameters, but a loss that is no longer a number is a failed run.
     p.note = "asynchronous updates: compared with single by loss at equal samples seen (" +

@@ -25,7 +25,11 @@ class ParityCheck {
   struct Reference {
     std::vector<torch::Tensor> parameters;  // CPU copies of the trained parameters
     double final_loss = 0;
+    std::string failed;  // the float64 pass could not train the model: why, in one line
   };
+  // train_untimed, where a failure of a float64 pass (a model that casts to float32 itself, an op
+  // without a float64 kernel) is the model's, not the strategy's: said in `failed`, not thrown.
+  Reference train_or_say_why(const CaseSpec& spec, int steps);
   // Trains `steps` steps without timing; returns trained parameters and the last loss.
   Reference train_untimed(const CaseSpec& spec, int steps);
 

@@ -188,7 +188,9 @@ void Runner::on_progress(const std::string& case_name, const std::string& what, 
 void Runner::handle_hang() {
   std::ostringstream seconds;
   seconds << options_.timeout_seconds;
-  std::string reason = "timed out: no step finished within " + seconds.str() + " s (--timeout)";
+  std::string reason = setting_up_ ? "timed out: set-up (LibTorch's intra-op thread pool) did not finish within " + seconds.str() +
+                                        " s (--timeout)"
+                                  : "timed out: no step finished within " + seconds.str() + " s (--timeout)";
   CaseStatus status = CaseStatus::Failed;
   // Near its address-space limit, a step that stops making progress has most likely had an
   // allocation fail inside a library that retries it forever (OpenBLAS's buffers): out of memory,
@@ -196,8 +198,9 @@ void Runner::handle_hang() {
   if (const auto space = MemoryProbe::address_space(); space && space->mapped_bytes * 5 >= space->limit_bytes * 4) {
     status = CaseStatus::Oom;
     reason += " at the address-space limit: the process maps " + std::to_string(space->mapped_bytes >> 20) + " MiB of the " +
-              std::to_string(space->limit_bytes >> 20) + " MiB that ulimit -v allows, so an allocation failed where a " +
-              "library retries it (OpenBLAS does); raise or lift ulimit -v";
+              std::to_string(space->limit_bytes >> 20) + " MiB that ulimit -v allows, so " +
+              (setting_up_ ? "the pool's threads could not all start; raise or lift ulimit -v, or give fewer --threads"
+                           : "an allocation failed where a library retries it (OpenBLAS does); raise or lift ulimit -v");
   }
   // The main thread is stuck inside a step and holds no lock; if it does hold it, it is not stuck
   // in a step, and the last complete JSON stays as it is.
@@ -238,7 +241,6 @@ void Runner::handle_stuck_stop() {
 
 RunRecord Runner::run() {
   CpuMemoryCounter::install();
-  at::set_num_threads(devices_.threads_per_device());
   {
     std::lock_guard<std::timed_mutex> lock(record_mutex_);
     record_.cases = plan_cases(options_, devices_, group_, launcher_ != nullptr);
@@ -256,6 +258,17 @@ RunRecord Runner::run() {
     watchdog_ = &*watchdog;
     watchdog->arm();
   }
+  // LibTorch's thread pool, under the watchdog: near an address-space limit (ulimit -v) its threads
+  // can fail to start and this call then never returns. A hang here is the first case's, which
+  // cannot start without it.
+  for (std::size_t i = 0; i < record_.cases.size() && current_case_ < 0; ++i) {
+    if (record_.cases[i].status == CaseStatus::NotRun) current_case_ = static_cast<int>(i);
+  }
+  setting_up_ = true;
+  at::set_num_threads(devices_.threads_per_device());
+  setting_up_ = false;
+  current_case_ = -1;
+  on_step_activity();
   bool interrupted = false;
 
   try {

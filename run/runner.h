@@ -83,6 +83,7 @@ class Runner final : private StepListener {
   // Guards record_ against the watchdog's thread; never held while a step runs.
   std::timed_mutex record_mutex_;
   std::atomic<int> current_case_{-1};
+  std::atomic<bool> setting_up_{false};  // run()'s set-up before the first case, under the watchdog
   std::function<void(const RunRecord&)> on_hang_;
   std::function<void(const RunRecord&)> on_stuck_stop_;
   bool finished_ = false;  // under record_mutex_: the run's own end has the record

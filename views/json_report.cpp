@@ -108,6 +108,7 @@ json parity_json(const std::optional<ParityRecord>& parity) {
             {"dtype", parity->dtype}};
   if (!parity->note.empty()) p["note"] = parity->note;
   if (!parity->worst_parameters.empty()) p["worst_parameters"] = parity->worst_parameters;
+  p["checked"] = parity->checked;
   p["compared_by"] = parity->compared_by_loss ? "loss" : "parameters";
   return p;
 }

@@ -71,6 +71,8 @@ std::string format_table(const RunRecord& record) {
       row.push_back(fmt("loss %.3fx", c.parity->reference_final_loss != 0
                                          ? c.parity->final_loss / c.parity->reference_final_loss
                                          : 0.0));
+    } else if (c.parity && !c.parity->checked) {
+      row.push_back("cannot tell");
     } else if (c.parity) {
       row.push_back(fmt("%.1e", c.parity->max_rel_param_diff) + (c.parity->within_tolerance ? " ok" : " DIFF"));
     } else {

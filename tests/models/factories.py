@@ -278,3 +278,50 @@ class MixedDtypeUnit(nn.Module):
 
 def mixed_dtype_unit():
     return MixedDtypeUnit()
+
+
+class Bf16Parameter(nn.Module):
+    """A bfloat16 parameter in a float32 model (a quantised or low-precision adapter)."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 8)
+        self.gate = nn.Parameter(torch.ones(8, dtype=torch.bfloat16))
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.inp(x)) * self.gate.to(x.dtype))
+
+
+def bf16_parameter():
+    return Bf16Parameter()
+
+
+class EmptyParameter(nn.Module):
+    """A parameter with no elements (a zero-width adapter, a pruned layer)."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 4)
+        self.empty = nn.Parameter(torch.zeros(0))
+
+    def forward(self, x):
+        return self.inp(x) + self.empty.sum()
+
+
+def empty_parameter():
+    return EmptyParameter()
+
+
+class CastsInternally(nn.Module):
+    """Casts its hidden state to float32 itself: in the float64 parity pass the next layer's float64
+    weight meets a float32 input."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.inp(x)).to(torch.float32))
+
+
+def casts_internally():
+    return CastsInternally()

@@ -5,6 +5,7 @@
 // to PyTorch's loop on the same shapes.
 #include <gtest/gtest.h>
 
+#include "compat/c10d_compat.h"
 #include "strategies/strategy.h"
 #include "tests/models/exported_models.h"
 #include "tests/support/test_support.h"
@@ -141,6 +142,45 @@ TEST(ModelShapes, FsdpRefusesAUnitOfTwoDtypesInOneLineAndTheOthersTrainIt) {
   for (const char* strategy : {"single", "ddp", "zero2"}) {
     SCOPED_TRACE(strategy);
     EXPECT_EQ(cases.at(strategy)["status"], "ok") << cases.at(strategy)["reason"];
+  }
+}
+
+TEST(ModelShapes, BuffersAndParametersOfOtherDtypesRunUnderEveryStrategyOrSayWhyInOneLine) {
+  ScratchDir dir;
+  // A bool mask, an int64 index and a float64 scale among the buffers; a parameter of no elements.
+  for (const std::string factory : {"buffers_of_several_dtypes", "empty_parameter"}) {
+    SCOPED_TRACE(factory);
+    expect_ok_and_at_parity(run_all(exported_model("shapes-" + factory, factory, kFloat8), dir.file(factory + ".json")));
+  }
+  // A bfloat16 parameter: ddp reduces it in float32 where Gloo cannot send bfloat16 (LibTorch
+  // 1.13); the sharded strategies send it as it is where they can, and say so where they cannot.
+  const auto cases = run_all(exported_model("shapes-bf16", "bf16_parameter", kFloat8), dir.file("bf16.json"));
+  ASSERT_EQ(cases.size(), StrategyRegistry::instance().names().size());
+  for (const auto& [strategy, c] : cases) {
+    SCOPED_TRACE(strategy);
+    const bool sharded = strategy == "zero1" || strategy == "zero2" || strategy == "fsdp";
+    if (sharded && !compat::gloo_sends_bf16()) {
+      EXPECT_EQ(c["status"], "failed");
+      EXPECT_NE(c["reason"].get<std::string>().find("cannot send bf16"), std::string::npos) << c["reason"];
+    } else {
+      EXPECT_EQ(c["status"], "ok") << c["reason"];
+    }
+  }
+}
+
+TEST(ModelShapes, AModelTheFloat64ParityPassCannotTrainIsMeasuredWithParityCannotTell) {
+  ScratchDir dir;
+  const std::string json_path = dir.file("r.json");
+  const auto cases = run_all(exported_model("shapes-casts", "casts_internally", kFloat8), json_path);
+  ASSERT_EQ(cases.size(), StrategyRegistry::instance().names().size());
+  for (const auto& [strategy, c] : cases) {
+    SCOPED_TRACE(strategy);
+    ASSERT_EQ(c["status"], "ok") << c["reason"];
+    if (strategy == "hogwild") continue;  // compared by loss, in the dtype it is measured in
+    EXPECT_FALSE(c["parity"]["checked"].get<bool>());
+    const std::string note = c["parity"]["note"].get<std::string>();
+    EXPECT_NE(note.find("float64 parity pass cannot train this model"), std::string::npos) << note;
+    EXPECT_NE(note.find("must have the same dtype"), std::string::npos) << "the model's own error, its telling line: " << note;
   }
 }
 

@@ -54,6 +54,9 @@ struct Shape {
   std::vector<std::string> model_set;  // --model-set for both loops (the settings reach Python resolved)
 };
 
+// A failure names the shape, not the parameter's bytes.
+void PrintTo(const Shape& shape, std::ostream* out) { *out << shape.factory; }
+
 class ReferenceLoop : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(ReferenceLoop, SinglesLossesEqualPyTorchsOwnLoopStepByStep) {
