@@ -71,6 +71,10 @@ SANITIZED_LEG_LEAVES_OUT=(
   # under bf16 its gradients are float32 as in its own float32 tests (kept), and the bf16 forward is
   # zero2's (kept).
   'Registered/EveryStrategy\.ComputesInBf16UnderDtypeBf16AndStillMatchesSingle/zero1'
+  # single on exported models held to PyTorch's own loop: the shapes' registration (tied, frozen,
+  # buffers of several dtypes) runs under ModelShapes.* (kept), which trains the same shapes under
+  # every strategy; what these add is Python's loop, which no sanitizer instruments.
+  'Shapes/ReferenceLoop\..*'
 )
 args=()
 if [ "$all" = 0 ]; then
