@@ -35,4 +35,14 @@ inline std::string exported_model(const std::string& name, const std::string& fa
   return path;
 }
 
+// One sample of 8 floats, 4 classes, batch 8, lr 0.1: the export flags of the small shapes in
+// factories.py (named for them: unity builds put several test files in one translation unit).
+inline const std::vector<std::string> kSmallShapeFlags = {"--input", "float:8", "--classes", "4", "--batch", "8", "--lr", "0.1"};
+
+// `flags` and `more`.
+inline std::vector<std::string> flags_with(std::vector<std::string> flags, const std::vector<std::string>& more) {
+  flags.insert(flags.end(), more.begin(), more.end());
+  return flags;
+}
+
 }  // namespace ddpbench::testing

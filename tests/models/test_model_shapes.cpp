@@ -15,10 +15,10 @@ namespace {
 
 using nlohmann::json;
 using testing::exported_model;
+using testing::flags_with;
+using testing::kSmallShapeFlags;
 using testing::run_process;
 using testing::ScratchDir;
-
-const std::vector<std::string> kFloat8 = {"--input", "float:8", "--classes", "4", "--batch", "8", "--lr", "0.1"};
 
 // Every strategy at world 2 on `model`, a few steps: the cases by name.
 std::map<std::string, json> run_all(const std::string& model, const std::string& json_path,
@@ -61,7 +61,7 @@ TEST(ModelShapes, ATensorUnderTwoNamesIsOneParameterUnderEveryStrategy) {
       // embed (32x16, tied with head) + mix (16x16 + 16): the tied weight is the root's, mix one unit.
       {"tied_embedding", {"--input", "tokens:8", "--vocab", "32", "--next-token", "--batch", "8"}, 32 * 16 + 16 * 16 + 16, 2},
       // inp, block (== again), head: 72 + 72 + 36; block's weights, named by two units, are the root's.
-      {"shared_submodule", kFloat8, 72 + 72 + 36, 3},
+      {"shared_submodule", kSmallShapeFlags, 72 + 72 + 36, 3},
   };
   for (const auto& s : shapes) {
     SCOPED_TRACE(s.factory);
@@ -83,11 +83,8 @@ TEST(ModelShapes, ATensorUnderTwoNamesIsOneParameterUnderEveryStrategy) {
 }
 
 TEST(ModelShapes, FrozenParametersGetNoGradientOptimizerStateOrTrafficUnlessAskedToTrain) {
-  const std::string model = exported_model("shapes-frozen", "frozen_backbone", [] {
-    auto f = kFloat8;
-    f.insert(f.end(), {"--weight-decay", "0.1"});
-    return f;
-  }());
+  const std::string model =
+      exported_model("shapes-frozen", "frozen_backbone", flags_with(kSmallShapeFlags, {"--weight-decay", "0.1"}));
   const std::int64_t all = 8 * 16 + 16 + 16 * 16 + 16 + 16 * 4 + 4, head = 16 * 4 + 4;
   for (const bool train_frozen : {false, true}) {
     SCOPED_TRACE(train_frozen ? "frozen=train" : "frozen kept");
@@ -120,16 +117,15 @@ TEST(ModelShapes, FrozenParametersGetNoGradientOptimizerStateOrTrafficUnlessAske
 
 TEST(ModelShapes, AParameterNoRankUsesIsNotDecayedByAnyStrategy) {
   // SGD with weight decay, which parity trains with too: a zero-filled gradient would decay `unused`.
-  auto flags = kFloat8;
-  flags.insert(flags.end(), {"--weight-decay", "0.1"});
   ScratchDir dir;
-  const auto cases = run_all(exported_model("shapes-unused", "unused_branch", flags), dir.file("r.json"));
+  const auto cases = run_all(exported_model("shapes-unused", "unused_branch", flags_with(kSmallShapeFlags, {"--weight-decay", "0.1"})),
+                             dir.file("r.json"));
   expect_ok_and_at_parity(cases);
 }
 
 TEST(ModelShapes, FsdpRefusesAUnitOfTwoDtypesInOneLineAndTheOthersTrainIt) {
   ScratchDir dir;
-  const auto cases = run_all(exported_model("shapes-mixed", "mixed_dtype_unit", kFloat8), dir.file("r.json"),
+  const auto cases = run_all(exported_model("shapes-mixed", "mixed_dtype_unit", kSmallShapeFlags), dir.file("r.json"),
                              {"--strategy", "single,ddp,zero2,fsdp"});
   ASSERT_EQ(cases.size(), 4u);
   const json& fsdp = cases.at("fsdp");
@@ -150,11 +146,11 @@ TEST(ModelShapes, BuffersAndParametersOfOtherDtypesRunUnderEveryStrategyOrSayWhy
   // A bool mask, an int64 index and a float64 scale among the buffers; a parameter of no elements.
   for (const std::string factory : {"buffers_of_several_dtypes", "empty_parameter"}) {
     SCOPED_TRACE(factory);
-    expect_ok_and_at_parity(run_all(exported_model("shapes-" + factory, factory, kFloat8), dir.file(factory + ".json")));
+    expect_ok_and_at_parity(run_all(exported_model("shapes-" + factory, factory, kSmallShapeFlags), dir.file(factory + ".json")));
   }
   // A bfloat16 parameter: ddp reduces it in float32 where Gloo cannot send bfloat16 (LibTorch
   // 1.13); the sharded strategies send it as it is where they can, and say so where they cannot.
-  const auto cases = run_all(exported_model("shapes-bf16", "bf16_parameter", kFloat8), dir.file("bf16.json"));
+  const auto cases = run_all(exported_model("shapes-bf16", "bf16_parameter", kSmallShapeFlags), dir.file("bf16.json"));
   ASSERT_EQ(cases.size(), StrategyRegistry::instance().names().size());
   for (const auto& [strategy, c] : cases) {
     SCOPED_TRACE(strategy);
@@ -171,7 +167,7 @@ TEST(ModelShapes, BuffersAndParametersOfOtherDtypesRunUnderEveryStrategyOrSayWhy
 TEST(ModelShapes, AModelTheFloat64ParityPassCannotTrainIsMeasuredWithParityCannotTell) {
   ScratchDir dir;
   const std::string json_path = dir.file("r.json");
-  const auto cases = run_all(exported_model("shapes-casts", "casts_internally", kFloat8), json_path);
+  const auto cases = run_all(exported_model("shapes-casts", "casts_internally", kSmallShapeFlags), json_path);
   ASSERT_EQ(cases.size(), StrategyRegistry::instance().names().size());
   for (const auto& [strategy, c] : cases) {
     SCOPED_TRACE(strategy);

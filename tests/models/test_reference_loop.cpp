@@ -19,6 +19,8 @@ namespace ddpbench {
 namespace {
 
 using testing::exported_model;
+using testing::flags_with;
+using testing::kSmallShapeFlags;
 using testing::run_process;
 using testing::ScratchDir;
 
@@ -94,23 +96,17 @@ TEST_P(ReferenceLoop, SinglesLossesEqualPyTorchsOwnLoopStepByStep) {
   EXPECT_NE(ours.front(), ours.back()) << "the model trained";
 }
 
-const std::vector<std::string> kFloat8 = {"--input", "float:8", "--classes", "4", "--batch", "8", "--lr", "0.1"};
-std::vector<std::string> with(std::vector<std::string> flags, const std::vector<std::string>& more) {
-  flags.insert(flags.end(), more.begin(), more.end());
-  return flags;
-}
-
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ReferenceLoop,
     ::testing::Values(
         Shape{"tiny_mlp", {"--input", "float:16", "--classes", "4", "--batch", "8", "--lr", "0.1"}, {}},
         Shape{"tied_embedding", {"--input", "tokens:8", "--vocab", "32", "--next-token", "--batch", "8", "--lr", "0.1"}, {}},
-        Shape{"shared_submodule", kFloat8, {}},
-        Shape{"frozen_backbone", with(kFloat8, {"--weight-decay", "0.1"}), {}},
-        Shape{"frozen_backbone", with(kFloat8, {"--weight-decay", "0.1"}), {"frozen=train", "name=frozen_trained"}},
-        Shape{"unused_branch", with(kFloat8, {"--weight-decay", "0.1", "--optimizer", "adamw"}), {}},
-        Shape{"buffers_of_several_dtypes", kFloat8, {}},
-        Shape{"called_twice", with(kFloat8, {"--optimizer", "adamw"}), {}}),
+        Shape{"shared_submodule", kSmallShapeFlags, {}},
+        Shape{"frozen_backbone", flags_with(kSmallShapeFlags, {"--weight-decay", "0.1"}), {}},
+        Shape{"frozen_backbone", flags_with(kSmallShapeFlags, {"--weight-decay", "0.1"}), {"frozen=train", "name=frozen_trained"}},
+        Shape{"unused_branch", flags_with(kSmallShapeFlags, {"--weight-decay", "0.1", "--optimizer", "adamw"}), {}},
+        Shape{"buffers_of_several_dtypes", kSmallShapeFlags, {}},
+        Shape{"called_twice", flags_with(kSmallShapeFlags, {"--optimizer", "adamw"}), {}}),
     [](const ::testing::TestParamInfo<Shape>& info) {
       return info.param.factory + (info.param.model_set.empty() ? "" : "_frozen_train");
     });
