@@ -81,9 +81,10 @@ def format_table(projections, net, scaling, source):
             lines.append(f"{name:<28} {p.world:>6} {p.nodes:>5}  refused: {p.reason}")
             continue
         eff = None if p.scaling_efficiency is None else p.scaling_efficiency * 100
+        mark = "%*" if eff is not None and eff > 100 else "% "  # *: explained under the table
         mem = "-" if p.memory_per_device_bytes is None else model.format_bytes(p.memory_per_device_bytes)
         lines.append(f"{name:<28} {p.world:>6} {p.nodes:>5} {p.step_ms:>10.3f} {p.samples_per_second:>12.4g} "
-                     f"{_fmt(eff, '.1f', 9)}% {_fmt(p.comm_ms, '.3f', 9)} {_fmt(p.exposed_comm_ms, '.3f', 9)} "
+                     f"{_fmt(eff, '.1f', 8)}{mark}{_fmt(p.comm_ms, '.3f', 9)} {_fmt(p.exposed_comm_ms, '.3f', 9)} "
                      f"{mem:>10}  {','.join(p.algorithms) or '-'}")
     lines.append("")
     lines.append("assumptions:")

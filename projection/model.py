@@ -418,6 +418,17 @@ def fit_answers(projections, device_memory):
     return lines
 
 
+def over_100_percent(p):
+    """Why a projected scaling efficiency is above 100%, for the line under the table (the row's
+    efficiency is marked with *)."""
+    head = f"* {p.workload}/{p.strategy} at world {p.world}: efficiency {p.scaling_efficiency * 100:.1f}%, above 100% "
+    if p.strategy in SHARDED:
+        return head + (f"because each rank's optimizer steps 1/{p.world} of the parameters where one device steps "
+                       "them all, and that saves more than the collectives it adds cost")
+    return head + (f"because its projected step at world {p.world} is shorter than at world 1 "
+                   "(the measured phases, scaled as the assumptions above say)")
+
+
 def project_file(doc, network, worlds, scaling="weak", strategies=None):
     """Every workload of the file under every strategy (default: default_strategies) at every world
     size, with scaling efficiency against the same model's world 1."""
@@ -441,5 +452,7 @@ def project_file(doc, network, worlds, scaling="weak", strategies=None):
                 p = projector.project(base, strategy, world)
                 if p.status == "projected" and at_one.samples_per_second:
                     p.scaling_efficiency = p.samples_per_second / (world * at_one.samples_per_second)
+                    if p.scaling_efficiency > 1:
+                        p.assumptions.append(over_100_percent(p))
                 out.append(p)
     return out

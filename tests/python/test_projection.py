@@ -491,3 +491,17 @@ def test_the_report_refuses_a_damaged_projection_in_one_line(real_run, tmp_path,
                         str(tmp_path / "report")], capture_output=True, text=True)
     assert r.returncode == 2, r.stderr
     assert "p.json" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_an_efficiency_above_100_percent_is_marked_and_explained_on_its_line():
+    def proj(strategy, eff):
+        p = model.Projection("w", strategy, 8, 1, "projected", step_ms=1, samples_per_second=10, scaling_efficiency=eff)
+        if eff > 1:
+            p.assumptions.append(model.over_100_percent(p))
+        return p
+    rows = [proj("ddp", 0.95), proj("zero1", 1.104), proj("ddp", 1.02)]
+    text = cli.format_table(rows, flat_network(intra_gbps=10, intra_us=1), "weak", "r.json")
+    table = text.split("\n")
+    assert "95.0% " in table[2] and "110.4%*" in table[3] and "102.0%*" in table[4]
+    assert "* w/zero1 at world 8: efficiency 110.4%, above 100% because each rank's optimizer steps 1/8" in text
+    assert "* w/ddp at world 8: efficiency 102.0%, above 100% because its projected step at world 8 is shorter" in text
