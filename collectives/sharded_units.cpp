@@ -354,7 +354,12 @@ torch::Tensor ShardedUnits::finish_backward() {
   std::optional<PhaseRecorder::Scope> reshard;
   if (phases_) reshard.emplace(*phases_, Phase::Backward);
   std::lock_guard<std::mutex> lock(mutex_);
-  for (std::size_t u = 0; u < units_.size(); ++u) free_full(u);  // the root, and any unit left gathered
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    // A unit whose backward never came (its output detached: an auxiliary head) may have had its
+    // gather prefetched by the unit after it; drained above, that gather is done.
+    if (units_[u].held == Held::Gathering) units_[u].held = Held::Gathered;
+    free_full(u);  // the root, and any unit left gathered
+  }
   link_piece_gradients();
   traffic_.steps += 1;
   traffic_.reduce_scatter_bytes += padded_bytes();

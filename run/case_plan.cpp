@@ -82,6 +82,8 @@ std::vector<CaseRecord> plan_cases(const RunnerOptions& options, const DeviceSet
       } else if (auto reason = info.create()->unsupported_reason(c.spec, devices, options.strategy)) {
         c.status = CaseStatus::Skipped;
         c.reason = *reason;
+      } else if (auto note = info.create()->case_note(c.spec, facts); note && c.note.empty()) {
+        c.note = *note;
       }
       cases.push_back(std::move(c));
     }

@@ -99,7 +99,9 @@ ParityCheck::Reference ParityCheck::train_or_say_why(const CaseSpec& spec, int s
     throw;
   } catch (const CaseFailure&) {
     throw;  // a dead peer, a timeout: the case's failure, not the model's dtype
-  } catch (const std::exception& e) {
+  } catch (const std::logic_error&) {
+    throw;  // ddpbench's own invariants: the strategy's failure, not the model's
+  } catch (const std::exception& e) {  // the model's ops (c10::Error) or its TorchScript interpreter
     Reference failed;
     failed.failed = telling_line(e.what());
     return failed;

@@ -32,6 +32,17 @@ class FsdpStrategy final : public Strategy, private UnitCallHooks {
     return std::nullopt;
   }
 
+  // Parameters the root holds are whole on every rank for the whole step: past a quarter of them
+  // (a GRU's, which returns a tuple and is no unit; a model of one unit), fsdp's memory and traffic
+  // read close to ddp's, and the table says why.
+  std::optional<std::string> do_case_note(const CaseSpec&, const WorkloadFacts& facts) const override {
+    if (facts.gradient_bytes <= 0 || facts.root_parameter_bytes * 4 <= facts.gradient_bytes) return std::nullopt;
+    const auto percent = static_cast<long long>(100.0 * static_cast<double>(facts.root_parameter_bytes) /
+                                                    static_cast<double>(facts.gradient_bytes) + 0.5);
+    return std::to_string(percent) + "% of the trained parameters stay whole with the root (in no wrap unit, or named by "
+           "two), unsharded for the whole step, so its memory and traffic are closer to ddp's; the workload's line "
+           "in the JSON (context.ddpbench.settings.workloads) says which and why";
+  }
   DataShard do_data_shard() const override { return {group_ ? group_->rank() : 0, group_ ? group_->size() : 1}; }
   std::optional<c10::Device> do_batch_device() const override { return device_; }
 
@@ -151,27 +162,8 @@ class FsdpStrategy final : public Strategy, private UnitCallHooks {
   // with the root, gathered for the whole step: in either unit it would be freed while the other
   // still needs it, and sharded twice it would be trained as two copies.
   std::vector<std::vector<std::size_t>> unit_indices(const std::vector<torch::Tensor>& parameters) {
-    std::unordered_map<const void*, std::size_t> index;
-    for (std::size_t k = 0; k < parameters.size(); ++k) index[parameters[k].unsafeGetTensorImpl()] = k;
-    std::vector<std::vector<std::size_t>> units;
-    std::vector<int> units_naming(parameters.size(), 0);
     const std::vector<WrapUnit> named = model_->wrap_units();
-    for (const auto& unit : named) {
-      std::vector<std::size_t> members;
-      for (const auto& p : unit.parameters) {
-        const auto found = index.find(p.unsafeGetTensorImpl());
-        if (found == index.end() && !p.requires_grad()) continue;  // frozen: held whole
-        if (found == index.end()) throw std::logic_error("fsdp: wrap unit " + unit.name + " names a tensor that is not a parameter of the model");
-        if (std::find(members.begin(), members.end(), found->second) != members.end()) continue;
-        members.push_back(found->second);
-        ++units_naming[found->second];
-      }
-      units.push_back(std::move(members));
-    }
-    for (auto& members : units) {
-      members.erase(std::remove_if(members.begin(), members.end(), [&](std::size_t k) { return units_naming[k] > 1; }),
-                    members.end());
-    }
+    auto units = units_as_sharded(named, parameters);
     // A unit left with nothing runs as part of the root: its hooks do nothing.
     std::vector<std::vector<std::size_t>> kept;
     sharded_unit_of_.assign(units.size(), kNoUnit);

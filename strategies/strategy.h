@@ -142,6 +142,11 @@ class Strategy {
                                                 const StrategyOptions& options) const {
     return do_unsupported_reason(spec, devices, options);
   }
+  // What the table should say under a case of this strategy on a workload with `facts` (a note that
+  // changes how its figures read), or nothing.
+  std::optional<std::string> case_note(const CaseSpec& spec, const WorkloadFacts& facts) const {
+    return do_case_note(spec, facts);
+  }
   // The part of each global batch this process trains on.
   DataShard data_shard() const { return do_data_shard(); }
   // The one device this process's whole share of each batch goes to, where the harness may place
@@ -177,6 +182,7 @@ class Strategy {
                                                            const StrategyOptions&) const {
     return std::nullopt;
   }
+  virtual std::optional<std::string> do_case_note(const CaseSpec&, const WorkloadFacts&) const { return std::nullopt; }
   virtual DataShard do_data_shard() const { return {}; }
   virtual std::optional<c10::Device> do_batch_device() const { return std::nullopt; }
   virtual void do_setup(const StrategySetup& setup) = 0;

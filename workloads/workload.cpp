@@ -4,6 +4,7 @@
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "base/errors.h"
@@ -117,12 +118,46 @@ torch::Tensor Workload::loss(const torch::Tensor& output, const torch::Tensor& t
   return cross_entropy(output, target);
 }
 
+std::vector<std::vector<std::size_t>> units_as_sharded(const std::vector<WrapUnit>& units,
+                                                       const std::vector<torch::Tensor>& trainable) {
+  std::unordered_map<const void*, std::size_t> index;
+  for (std::size_t k = 0; k < trainable.size(); ++k) index[trainable[k].unsafeGetTensorImpl()] = k;
+  std::vector<std::vector<std::size_t>> out;
+  std::vector<int> units_naming(trainable.size(), 0);
+  for (const auto& unit : units) {
+    std::vector<std::size_t> members;
+    for (const auto& p : unit.parameters) {
+      const auto found = index.find(p.unsafeGetTensorImpl());
+      if (found == index.end() && !p.requires_grad()) continue;  // frozen: held whole
+      if (found == index.end()) throw std::logic_error("wrap unit " + unit.name + " names a tensor that is not a parameter of the model");
+      if (std::find(members.begin(), members.end(), found->second) != members.end()) continue;
+      members.push_back(found->second);
+      ++units_naming[found->second];
+    }
+    out.push_back(std::move(members));
+  }
+  for (auto& members : out) {
+    members.erase(std::remove_if(members.begin(), members.end(), [&](std::size_t k) { return units_naming[k] > 1; }),
+                  members.end());
+  }
+  return out;
+}
+
 WorkloadFacts Workload::facts() const {
   WorkloadFacts f;
   torch::NoGradGuard no_grad;
-  for (const auto& p : make_model()->distinct_parameters()) {
+  const auto model = make_model();
+  for (const auto& p : model->distinct_parameters()) {
     f.parameters += p.numel();
     if (p.requires_grad()) f.gradient_bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
+  }
+  const auto trainable = model->trainable_parameters();
+  std::vector<char> in_unit(trainable.size(), 0);
+  for (const auto& members : units_as_sharded(model->wrap_units(), trainable)) {
+    for (std::size_t k : members) in_unit[k] = 1;
+  }
+  for (std::size_t k = 0; k < trainable.size(); ++k) {
+    if (!in_unit[k]) f.root_parameter_bytes += trainable[k].numel() * static_cast<std::int64_t>(trainable[k].element_size());
   }
   f.flops_per_sample = flops_per_sample();
   return f;

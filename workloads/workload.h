@@ -90,6 +90,14 @@ class DefaultConstructedModel : public WorkloadModel {
   ModelPtr fresh_instance() const override { return std::make_shared<Derived>(); }
 };
 
+// The wrap units as a sharding strategy takes them: for each of `units`, the indices into
+// `trainable` (a model's trainable_parameters()) of its parameters, each parameter in at most one
+// unit. A parameter two units name (a tied weight) is in neither: the root holds it for the whole
+// step, as it holds the parameters in no unit; a frozen one is in none. A unit may come out empty.
+// Throws std::logic_error where a unit names a trainable tensor that is not in `trainable`.
+std::vector<std::vector<std::size_t>> units_as_sharded(const std::vector<WrapUnit>& units,
+                                                       const std::vector<torch::Tensor>& trainable);
+
 // A deep copy of `model` on `device`: a fresh instance moved there, every parameter and buffer
 // copied by name in its original's type (no autograd history), training mode kept. Throws
 // std::logic_error when the fresh instance does not have the same parameters and buffers.
@@ -110,6 +118,9 @@ struct Dataset {
 struct WorkloadFacts {
   std::int64_t parameters = 0;
   std::int64_t gradient_bytes = 0;
+  // Bytes of the trainable parameters that fsdp holds whole with the root for the whole step: in
+  // no wrap unit, or named by two (units_as_sharded); all of them for a model of one unit.
+  std::int64_t root_parameter_bytes = 0;
   double flops_per_sample = 0;  // forward + backward, multiply-adds counted as two
 };
 

@@ -325,3 +325,39 @@ class CastsInternally(nn.Module):
 
 def casts_internally():
     return CastsInternally()
+
+
+class DetachedAuxiliary(nn.Module):
+    """A unit whose output is detached before use (an auxiliary head logged, not trained through):
+    its backward never runs, and its parameters get no gradient."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 8)
+        self.aux = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = torch.tanh(self.inp(x))
+        a = self.aux(h).detach()
+        return self.head(h) + 0.0 * a.sum()
+
+
+def detached_auxiliary():
+    return DetachedAuxiliary()
+
+
+class GruClassifier(nn.Module):
+    """A GRU over a sequence of 6 steps of 8 features, then a linear head: nn.GRU returns a tuple,
+    so it is no wrap unit, and most of the parameters stay with fsdp's root."""
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(8, 32, batch_first=True)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        out, _ = self.gru(x)
+        return self.head(out[:, -1])
+
+
+def gru_classifier():
+    return GruClassifier()

@@ -123,6 +123,39 @@ TEST(ModelShapes, AParameterNoRankUsesIsNotDecayedByAnyStrategy) {
   expect_ok_and_at_parity(cases);
 }
 
+TEST(ModelShapes, AUnitWhoseOutputIsDetachedRunsUnderFsdpWithItsParametersLeftAlone) {
+  // Its backward never runs: the unit after it prefetched its gather for nothing (fsdp failed on
+  // "freeing a unit whose all-gather is in flight"), and its parameters get no gradient, which
+  // weight decay must not turn into a step.
+  ScratchDir dir;
+  const auto cases = run_all(exported_model("shapes-detached", "detached_auxiliary",
+                                            flags_with(kSmallShapeFlags, {"--weight-decay", "0.1"})),
+                             dir.file("r.json"), {"--strategy", "single,ddp,zero2,fsdp"});
+  ASSERT_EQ(cases.size(), 4u);
+  for (const auto& [strategy, c] : cases) {
+    SCOPED_TRACE(strategy);
+    ASSERT_EQ(c["status"], "ok") << c["reason"];
+    EXPECT_TRUE(c["parity"]["checked"].get<bool>());
+    EXPECT_LE(c["parity"]["max_rel_param_diff"].get<double>(), c["parity"]["tolerance"].get<double>());
+  }
+}
+
+TEST(ModelShapes, WhereMostParametersStayWithFsdpsRootTheTableSaysSo) {
+  // nn.GRU returns a tuple: it is no wrap unit, and its 4,032 weights (of 4,164) stay whole with the
+  // root, 97%. mlp's units hold all of its parameters: no note for it.
+  ScratchDir dir;
+  const std::string model = exported_model("shapes-gru", "gru_classifier", {"--input", "float:6x8", "--classes", "4", "--batch", "8"});
+  const auto r = run_process(testing::ddpbench_run({{"--device", "cpu"}, {"--world-size", "2"}, {"--steps", "1"}, {"--warmup", "0"},
+                                                    {"--repetitions", "1"}, {"--parity-steps", "1"}},
+                                                   dir.file("r.json"), {"--model", model, "--workload", "mlp,shapes-gru",
+                                                                        "--strategy", "fsdp"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const std::string note = "shapes-gru/fsdp/world:2: 97% of the trained parameters stay whole with the root";
+  EXPECT_NE(r.out.find(note), std::string::npos) << r.out;
+  const std::string said = "of the trained parameters stay whole with the root";
+  EXPECT_EQ(r.out.find(said), r.out.rfind(said)) << "one note, the GRU model's: " << r.out;
+}
+
 TEST(ModelShapes, FsdpRefusesAUnitOfTwoDtypesInOneLineAndTheOthersTrainIt) {
   ScratchDir dir;
   const auto cases = run_all(exported_model("shapes-mixed", "mixed_dtype_unit", kSmallShapeFlags), dir.file("r.json"),
