@@ -35,6 +35,17 @@ at::Tensor leave_unit(std::int64_t unit, const at::Tensor& output) {
 const auto enter_unit_symbol = c10::Symbol::fromQualString("ddpbench::enter_unit");
 const auto leave_unit_symbol = c10::Symbol::fromQualString("ddpbench::leave_unit");
 
+// A tensor, or a tuple (nested or not) of tensors only: what a unit may return.
+bool tensors_only(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::TensorType) return true;
+  if (type->kind() != c10::TypeKind::TupleType) return false;
+  for (const auto& element : type->containedTypes()) {
+    if (!tensors_only(element)) return false;
+  }
+  return true;
+}
+
+
 void each_node(Block* block, const std::function<void(Node*)>& visit) {
   for (Node* n : block->nodes()) {
     visit(n);
@@ -165,9 +176,9 @@ std::vector<UnitCall> find_units(Graph& graph, const torch::jit::Module& module,
   for (const auto& c : calls) {
     const auto exclude = [&](const std::string& path, const std::string& why) { excluded.emplace(path, why); };
     if (times_called[c.path] > 1) exclude(c.path, "forward calls it more than once");
-    if (c.call->outputs().size() != 1 || c.call->output()->type()->kind() != c10::TypeKind::TensorType) {
+    if (c.call->outputs().size() != 1 || !tensors_only(c.call->output()->type())) {
       exclude(c.path, "it returns " + (c.call->outputs().size() == 1 ? c.call->output()->type()->str() : "several values") +
-                          ", not one tensor");
+                          ", not a tensor or a tuple of tensors");
     }
     for (const auto& other : calls) {
       if (other.path != c.path && overlaps(other.path, c.path)) exclude(c.path, "forward also calls '" + other.path + "'");
@@ -204,8 +215,22 @@ std::vector<UnitCall> find_units(Graph& graph, const torch::jit::Module& module,
   return units;
 }
 
+// Routes `value` through ddpbench::leave_unit(index, ...) at the graph's insert point: a tensor
+// directly, a tuple (nn.GRU's (output, h_n), nn.LSTM's (output, (h_n, c_n))) element by element,
+// unpacked and built again, so that every tensor of a unit's output carries the unit's backward
+// hook, as FSDP2 hooks each tensor of a module's output.
+Value* route_through_leave_unit(Graph& graph, Value* value, std::int64_t index) {
+  if (value->type()->kind() == c10::TypeKind::TensorType) {
+    return graph.insert(leave_unit_symbol, {torch::jit::NamedValue(index), torch::jit::NamedValue(value)});
+  }
+  Node* unpack = graph.insertNode(graph.createTupleUnpack(value));
+  std::vector<Value*> elements;
+  for (Value* element : unpack->outputs()) elements.push_back(route_through_leave_unit(graph, element, index));
+  return graph.insertNode(graph.createTuple(elements))->output();
+}
+
 // Puts ddpbench::enter_unit(k) before unit k's call and routes its output through
-// ddpbench::leave_unit(k, output).
+// ddpbench::leave_unit(k, output) (each tensor of a tuple).
 void insert_hooks(Graph& graph, const std::vector<UnitCall>& units) {
   for (std::size_t k = 0; k < units.size(); ++k) {
     Node* call = units[k].call;
@@ -215,13 +240,14 @@ void insert_hooks(Graph& graph, const std::vector<UnitCall>& units) {
       graph.insert(enter_unit_symbol, {torch::jit::NamedValue(index)});
     }
     Value* output = call->output();
+    const std::vector<torch::jit::Use> uses = output->uses();  // before the hooks add theirs
     Value* hooked = nullptr;
     {
       torch::jit::WithInsertPoint after(call->next());
-      hooked = graph.insert(leave_unit_symbol, {torch::jit::NamedValue(index), torch::jit::NamedValue(output)});
+      hooked = route_through_leave_unit(graph, output, index);
     }
-    output->replaceAllUsesWith(hooked);
-    hooked->node()->replaceInput(1, output);  // leave_unit itself still reads the call's output
+    // Every earlier use of the call's output reads the hooked value; the hooks still read the call's.
+    for (const auto& use : uses) use.user->replaceInput(use.offset, hooked);
   }
 }
 

@@ -11,7 +11,7 @@
 //
 // A submodule is a unit only where gathering it for its call alone cannot change what forward
 // computes: forward's own straight-line code (not a branch or loop) calls it once, it returns a
-// tensor, it shares no parameter with another unit, and forward reads none of its parameters
+// tensor or a tuple of tensors (each routed through leave_unit), it shares no parameter with another unit, and forward reads none of its parameters
 // outside that call. A submodule that fails one of these stays with the root (held whole for the
 // step) and `held_whole` says why; with no unit left the module is one unit and `reason` says why.
 #include <torch/csrc/jit/api/module.h>

@@ -361,3 +361,20 @@ class GruClassifier(nn.Module):
 
 def gru_classifier():
     return GruClassifier()
+
+
+class LstmClassifier(nn.Module):
+    """An LSTM (its output is (output, (h_n, c_n)), a nested tuple) between two linear layers."""
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 16)
+        self.lstm = nn.LSTM(16, 32, batch_first=True)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        out, (h, c) = self.lstm(torch.tanh(self.inp(x)))
+        return self.head(out[:, -1] + h[0] + c[0])
+
+
+def lstm_classifier():
+    return LstmClassifier()
