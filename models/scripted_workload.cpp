@@ -207,9 +207,12 @@ class ScriptedWorkload final : public Workload {
     }
     torch::NoGradGuard no_grad;
     auto trial = ScriptedModel(leaf_copy(module_), std::make_shared<ScriptedUnits>());
+    // The same trial batch in every process: each rank and worker decides the wrap units again from
+    // it (checked_units), and ranks that decided differently would post different collectives.
+    auto gen = compat::make_cpu_generator(0x5eed);
     torch::Tensor inputs = spec_.input == ModelSpec::Input::Float
-                               ? torch::randn(with_batch(2, spec_.input_shape))
-                               : torch::randint(0, spec_.vocab, {2, spec_.input_shape[0]}, torch::kInt64);
+                               ? torch::randn(with_batch(2, spec_.input_shape), gen)
+                               : torch::randint(0, spec_.vocab, {2, spec_.input_shape[0]}, gen, torch::kInt64);
     torch::Tensor output;
     try {
       output = trial.forward(inputs);
