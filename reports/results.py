@@ -120,7 +120,7 @@ def _check_tree(value, path, where):
     expected = _SCHEMA.get(_pattern(path))
     if expected is not None and not any(_TYPES[t](value) for t in expected):
         raise ResultsError(f"{where}: {path} should be {' or '.join(expected)}, not {_json_type(value)}")
-    if _NON_NEGATIVE.match(_pattern(path)) and value < 0:
+    if _is_number(value) and value < 0 and _NON_NEGATIVE.match(_pattern(path)):
         raise ResultsError(f"{where}: {path} is negative ({value!r})")
     if isinstance(value, dict):
         for k, v in value.items():

@@ -86,6 +86,26 @@ def test_dtype_and_tflops_of_a_real_run(real_run):
     assert results.dtype(doc) == "fp32"
 
 
+def test_reads_a_run_whose_memory_by_kind_is_null(tmp_path):
+    # hogwild's worker processes are out of the parent's sight: their memory by kind is null
+    # (docs/json.md). The non-negative check once compared null with 0 and every script crashed
+    # on such a file.
+    path = tmp_path / "hogwild.json"
+    subprocess.run([DDPBENCH, "--device", "cpu", "--strategy", "hogwild", "--hogwild-mode", "processes",
+                    "--workload", "mlp", "--world-size", "2", "--steps", "2", "--warmup", "1",
+                    "--repetitions", "1", "--batch", "8", "--dataset-size", "16", "--json", str(path)],
+                   check=True, stdout=subprocess.DEVNULL)
+    doc = results.load(path)
+    entry = results.medians(doc)["mlp/hogwild/world:2"]["ddpbench"]
+    assert entry["memory"] and all(m["parameter_bytes"] is None for m in entry["memory"])
+    # A negative figure on the same path is still refused.
+    raw = json.loads(path.read_text())
+    raw["benchmarks"][0]["ddpbench"]["memory"][0]["parameter_bytes"] = -1
+    path.write_text(json.dumps(raw))
+    with pytest.raises(results.ResultsError, match="parameter_bytes is negative"):
+        results.load(path)
+
+
 # Every script's inputs go through reports.files.read_regular_file: a device is never read (it
 # could be endless: /dev/zero), a FIFO is never waited on, a directory is not a file. Each is one
 # line naming the input, exit 2, promptly.
