@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "compat/torch_compat.h"
+#include "optim/sgd_cpu_kernel.h"
 
 namespace ddpbench {
 namespace {
@@ -173,6 +174,11 @@ class MultiTensorSgd final : public MultiTensorOptimizer {
                                {o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov()});
         continue;
       }
+      if (sgd_cpu_kernel_applies(params, grads, buffers)) {  // one pass instead of three, where ATen has no fused SGD
+        sgd_cpu_kernel_step(params, grads, buffers, first_step,
+                            {o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov()});
+        continue;
+      }
       // As torch::optim::SGD: d = g + wd p; buf = d (first step) or momentum buf + (1 - dampening) d;
       // d = d + momentum buf (nesterov) or buf; p -= lr d.
       std::vector<torch::Tensor> d = grads;
@@ -206,8 +212,10 @@ class MultiTensorSgd final : public MultiTensorOptimizer {
 
 }  // namespace
 
-std::string optimizer_implementation(c10::DeviceType device_type) {
-  return compat::has_fused_optimizers(device_type) ? "fused" : "foreach";
+std::string optimizer_implementation(const std::string& optimizer, c10::DeviceType device_type) {
+  if (compat::has_fused_optimizers(device_type)) return "fused";
+  if (optimizer == "sgd" && device_type == c10::DeviceType::CPU) return "one-pass CPU kernel";
+  return "foreach";
 }
 
 void set_gradients_to_none(torch::optim::Optimizer& optimizer) {

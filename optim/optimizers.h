@@ -1,7 +1,8 @@
 #pragma once
 // AdamW and SGD with momentum that update every parameter of a step in a few kernels: ATen's fused
 // kernels where this LibTorch has them for the parameters' device (compat::has_fused_optimizers),
-// else its multi-tensor _foreach_ ops. LibTorch's own torch::optim runs about eight kernels per
+// else, for SGD on the CPU, a one-pass kernel of our own (optim/sgd_cpu_kernel.h), else ATen's
+// multi-tensor _foreach_ ops. LibTorch's own torch::optim runs about eight kernels per
 // parameter and step, which on a GPU is launch overhead the Python optimizers (foreach by default
 // on CUDA, fused on request) do not pay. Same arithmetic as torch::optim::AdamW / SGD, tested
 // against them (tests/optim/test_optimizers.cpp).
@@ -16,8 +17,10 @@
 
 namespace ddpbench {
 
-// Which implementation an optimizer of this build uses on `device_type`: "fused" or "foreach".
-std::string optimizer_implementation(c10::DeviceType device_type);
+// Which implementation `optimizer` ("adamw" or "sgd") of this build uses on `device_type`: "fused"
+// (ATen's), "one-pass CPU kernel" (SGD on the CPU where ATen has no fused one: optim/sgd_cpu_kernel.h,
+// for float32 and float64 parameters) or "foreach".
+std::string optimizer_implementation(const std::string& optimizer, c10::DeviceType device_type);
 
 // The tensors an optimizer's state holds now (momentum, moments, step counts): ours, and LibTorch's
 // SGD, Adam and AdamW. Nothing for an optimizer whose state this build cannot read.

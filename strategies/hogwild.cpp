@@ -84,7 +84,7 @@ class HogwildStrategy final : public Strategy {
       if (cuda_) worker_streams_.push_back(compat::cuda_pool_stream(device_.index()));
       workers_.push_back(std::make_unique<HogwildWorker>(clone_model(*model_, device_), parameters, buffers, *workload_,
                                                          setup.make_optimizer, options_.sync_every, updates_,
-                                                         setup.precision));
+                                                         setup.precision, i, workers_count_));
     }
     recorders_.resize(static_cast<size_t>(workers_count_));
     threads_ = std::make_unique<DeviceWorkers>(setup.devices, workers_count_, cuda_ ? 1 : setup.spec.world_size);

@@ -460,7 +460,7 @@ int hogwild_worker_main() {
     shared_tensors(region.data(), control, *model, parameters, buffers);
     const OptimizerFactory optimizer = control.parity_optimizer ? parity_optimizer(workload) : training_optimizer(workload);
     HogwildWorker worker(model, parameters, buffers, workload, optimizer, control.sync_every, control.updates,
-                         static_cast<Precision>(control.precision));
+                         static_cast<Precision>(control.precision), index, control.workers);
     const torch::Tensor inputs = batch_at(region.data(), control.inputs);
     const torch::Tensor targets = batch_at(region.data(), control.targets);
     const std::string fault = worker_fault(index);

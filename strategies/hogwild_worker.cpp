@@ -22,7 +22,7 @@ void share_storage(torch::Tensor& tensor, const torch::Tensor& storage_of) {
 HogwildWorker::HogwildWorker(ModelPtr model, const std::vector<torch::Tensor>& shared_parameters,
                              const std::vector<torch::Tensor>& shared_buffers, const Workload& workload,
                              const OptimizerFactory& make_optimizer, int sync_every,
-                             std::atomic<std::uint64_t>& updates, Precision precision)
+                             std::atomic<std::uint64_t>& updates, Precision precision, int worker_index, int workers)
     : workload_(workload),
       model_(std::move(model)),
       sync_every_(sync_every),
@@ -51,7 +51,24 @@ HogwildWorker::HogwildWorker(ModelPtr model, const std::vector<torch::Tensor>& s
   for (const auto& p : parameters_) {
     if (p.requires_grad()) trainable_.push_back(p);
   }
-  optimizer_ = make_optimizer(trainable_);
+  optimizer_ = make_optimizer(stepping_order(trainable_, worker_index, workers));
+}
+
+std::vector<torch::Tensor> stepping_order(const std::vector<torch::Tensor>& parameters, int worker_index, int workers) {
+  if (workers < 1 || worker_index < 0 || worker_index >= workers) {
+    throw std::logic_error("hogwild: stepping_order of a worker outside 0..workers-1");
+  }
+  std::int64_t total = 0;
+  for (const auto& p : parameters) total += p.numel();
+  // The first tensor that begins at or after this worker's share of the elements.
+  const double share_begins = static_cast<double>(total) * worker_index / workers;
+  size_t first = 0;
+  std::int64_t begins = 0;
+  while (first < parameters.size() && static_cast<double>(begins) < share_begins) begins += parameters[first++].numel();
+  if (first == parameters.size()) first = 0;
+  std::vector<torch::Tensor> out(parameters.begin() + static_cast<std::ptrdiff_t>(first), parameters.end());
+  out.insert(out.end(), parameters.begin(), parameters.begin() + static_cast<std::ptrdiff_t>(first));
+  return out;
 }
 
 HogwildUpdate HogwildWorker::step(const torch::Tensor& inputs, const torch::Tensor& targets, PhaseRecorder& phases) {

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -203,6 +204,32 @@ TEST(HogwildWorker, PlainHogwildWritesTheSharedStorageUnderItsOwnVersionCounter)
   // The write went into the shared storage but not through the shared tensor's version counter, so
   // another worker's autograd graph over the shared tensors is not invalidated by it.
   EXPECT_EQ(shared[0]._version(), version);
+}
+
+TEST(HogwildWorker, WorkersStepTheParametersInOrdersThatStartAtTheirShareOfTheElements) {
+  // mlp: 784x1024, 1024, 1024x1024, 1024, 1024x1024, 1024, 10x1024, 10 (2,913,290 elements).
+  const auto parameters = WorkloadRegistry::instance().get("mlp").make_model()->distinct_parameters();
+  auto indices_of = [&](const std::vector<torch::Tensor>& order) {
+    std::vector<size_t> out;
+    for (const auto& t : order) {
+      for (size_t i = 0; i < parameters.size(); ++i)
+        if (t.is_same(parameters[i])) out.push_back(i);
+    }
+    return out;
+  };
+  EXPECT_EQ(indices_of(stepping_order(parameters, 0, 2)), (std::vector<size_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  // Half the elements (1,456,645) begin in the second weight; the first tensor that begins past it is
+  // its bias, at 1,852,416: worker 1 writes the last two layers while worker 0 writes the first two.
+  EXPECT_EQ(indices_of(stepping_order(parameters, 1, 2)), (std::vector<size_t>{3, 4, 5, 6, 7, 0, 1, 2}));
+  // Every order is each parameter once, for any count of workers.
+  for (int workers : {1, 3, 4, 9}) {
+    for (int w = 0; w < workers; ++w) {
+      auto order = indices_of(stepping_order(parameters, w, workers));
+      std::sort(order.begin(), order.end());
+      EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2, 3, 4, 5, 6, 7})) << w << " of " << workers;
+    }
+  }
+  EXPECT_THROW(stepping_order(parameters, 2, 2), std::logic_error);
 }
 
 TEST(HogwildStrategy, ProcessesModeOnCudaIsSkippedWithAReason) {
