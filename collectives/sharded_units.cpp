@@ -105,6 +105,11 @@ ShardedUnits::~ShardedUnits() = default;
 
 std::int64_t ShardedUnits::unit_numel(std::size_t unit) const { return units_.at(unit).numel; }
 
+std::int64_t ShardedUnits::unit_bytes(std::size_t unit) const {
+  const auto& u = units_.at(unit);
+  return u.numel * static_cast<std::int64_t>(u.shard.element_size());
+}
+
 std::int64_t ShardedUnits::padded_bytes() const {
   std::int64_t bytes = 0;
   for (const auto& u : units_) bytes += u.numel * static_cast<std::int64_t>(u.shard.element_size());

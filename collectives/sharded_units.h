@@ -68,6 +68,8 @@ class ShardedUnits {
   const std::vector<torch::Tensor>& optimizer_parameters() const { return pieces_; }
   std::size_t unit_count() const { return units_.size(); }  // the root included, if any
   std::int64_t unit_numel(std::size_t unit) const;          // padded
+  std::int64_t unit_bytes(std::size_t unit) const;          // padded, in its chunk's dtype
+  bool unit_is_root(std::size_t unit) const { return units_.at(unit).root; }
 
   // Before the step: lets go of the last step's reduced gradient chunks (each is allocated again when
   // its unit is reduce-scattered), as FSDP2 under PyTorch 2's zero_grad() (set_to_none=True).

@@ -21,10 +21,12 @@ What is measured is kept and only what changes is modelled:
   and all-gather the updated parameters after the step): the buckets (DDP's default caps, ready
   evenly through backward) replayed against the reduce-scatter cost, the optimizer on 1/W of the
   parameters, then the all-gather of the parameters, exposed.
-- fsdp: U wrap units (the measured case's), of equal bytes and compute; in forward unit k+1's
-  all-gather hides behind unit k's compute, in backward unit k's reduce-scatter and the next
-  unit's all-gather share the one communication stream behind a unit's backward; resharded after
-  forward (the default); the optimizer on 1/W. Needs an fsdp case (its units and its rest).
+- fsdp: the measured case's wrap units and root with their measured bytes (equal units from a file
+  that does not record them), a unit's compute in proportion to its bytes; the root gathered once
+  for the step; in forward unit k+1's all-gather hides behind unit k's compute, in backward unit
+  k's reduce-scatter and the next unit's all-gather share the one communication stream behind a
+  unit's backward; resharding, prefetch and overlap as the case ran them (the file's settings;
+  the defaults where it does not say); the optimizer on 1/W. Needs an fsdp case.
 - memory per device, ZeRO's formulas (SHARDED.md) over the whole model's parameter, gradient and
   optimizer bytes (the measured case's per-device bytes times what it sharded them by), plus the
   measured rest of the peak (activations, buffers, a gathered unit) as it was.
@@ -62,6 +64,10 @@ class MeasuredCase:
     step_s: float
     memory: Optional[dict] = None  # device 0's bytes by kind: parameter, gradient, optimizer_state, other
     units: Optional[int] = None    # fsdp: its wrap units (the root counted)
+    # fsdp: each unit's parameter bytes and whether it is the root, in build order (files from
+    # before they were recorded have none: the units are then taken as equal)
+    unit_bytes: Optional[List[tuple]] = None
+    settings: dict = field(default_factory=dict)  # the strategy's own flags as the file records them
 
     def phase(self, name):
         return self.phases.get(name, 0.0)
@@ -96,6 +102,7 @@ class Projection:
 def measured_cases(doc):
     """MeasuredCase for every case of the file that was measured (median entries, status ok)."""
     out = []
+    strategy_settings = doc["context"]["ddpbench"].get("settings", {}).get("strategy_settings") or {}
     for b in doc["benchmarks"]:
         if b["run_type"] != "aggregate" or b.get("aggregate_name") != "median":
             continue
@@ -118,11 +125,15 @@ def measured_cases(doc):
         memory = {k: float(device0[k]) for k in kinds} if all(
             isinstance(device0.get(k), (int, float)) for k in kinds) else None
         units = comm.get("buckets") if f["strategy"] == "fsdp" and isinstance(comm.get("buckets"), int) else None
+        unit_bytes = [(float(u["bytes"]), bool(u["root"])) for u in comm.get("units") or []] or None
+        settings = strategy_settings.get(f["strategy"])
         out.append(MeasuredCase(name=b.get("run_name", b["name"]), workload=f["workload"], strategy=f["strategy"],
                                 world=int(f["world_size"]), global_batch=int(batch), phases=phases,
                                 gradient_bytes=facts.get("gradient_bytes") or comm.get("bytes_per_step"),
                                 buckets=buckets, step_s=b["real_time"] * _to_s(b.get("time_unit", "ms")),
-                                memory=memory, units=units if units and units > 0 else None))
+                                memory=memory, units=units if units and units > 0 else None,
+                                unit_bytes=unit_bytes if f["strategy"] == "fsdp" else None,
+                                settings=dict(settings) if isinstance(settings, dict) else {}))
     return out
 
 
@@ -339,24 +350,69 @@ class Projector:
         if case.strategy != "fsdp" or not case.units:
             raise ProjectionError(f"{case.name}: fsdp is projected from an fsdp case (its wrap units)")
         k = self._compute_scale(case, world)
-        units, scale = case.units, self._comm_scale(case, world)
+        scale = self._comm_scale(case, world)
         params = self._parameter_bytes(case)
         gradients = case.gradient_bytes or params
-        gather = collectives.all_gather(self.network, params / units, world)
-        scatter = collectives.reduce_scatter(self.network, gradients / units, world)
-        ag, rs = gather.seconds * scale, scatter.seconds * scale
+        assumptions = []
+        if case.unit_bytes:
+            total = sum(b for b, _ in case.unit_bytes)
+            root = sum(b for b, r in case.unit_bytes if r) / total
+            units = [b / total for b, r in case.unit_bytes if not r]  # each one's share of the model
+            assumptions.append(f"fsdp: {case.name}'s {len(units)} wrap unit(s) and root as measured "
+                               f"({root:.0%} of the parameters with the root, gathered once a step); "
+                               f"a unit's compute taken in proportion to its bytes")
+        else:
+            root, units = 0.0, [1.0 / case.units] * case.units
+            assumptions.append(f"fsdp: {case.name}'s {case.units} wrap units taken as equal in bytes and compute "
+                               f"(the file does not record their bytes)")
+        flags = case.settings
+        reshard = flags.get("reshard_after_forward", True)
+        prefetch = flags.get("prefetch", True)
+        overlap = flags.get("overlap", True)
+        if not flags:
+            assumptions.append(f"fsdp: {case.name}'s file does not record fsdp's flags: the defaults assumed "
+                               f"(resharded after forward, prefetch, overlap)")
+        else:
+            assumptions.append("fsdp: " + ", ".join([
+                "resharded after forward: the units gathered twice a step" if reshard else
+                "not resharded after forward: each unit gathered once a step",
+                "prefetch" if prefetch else "no prefetch: each gather waited for", "overlap" if overlap else
+                "no overlap: every collective on the step's thread"]) + f", as {case.name} ran")
+        hides = prefetch and overlap  # a gather can run behind the unit before it
+
+        def ag(share):
+            return collectives.all_gather(self.network, params * share, world).seconds * scale if share else 0.0
+
+        def rs(share):
+            return collectives.reduce_scatter(self.network, gradients * share, world).seconds * scale if share else 0.0
+
+        gather = collectives.all_gather(self.network, params, world)
+        scatter = collectives.reduce_scatter(self.network, gradients, world)
         forward, backward = case.phase("forward") * k, case.phase("backward") * k
-        # Forward: the first unit's gather is waited for; each next one hides behind a unit's compute.
-        forward_exposed = ag + (units - 1) * max(0.0, ag - forward / units)
-        # Backward: a unit's gather again (resharded after forward), then its reduce-scatter, on one stream.
-        backward_exposed = ag + (units - 1) * max(0.0, ag + rs - backward / units) + rs
+        fwd = [forward * s for s in units]  # the root's share of compute runs around the units
+        bwd = [backward * s for s in units]
+        # Forward: the root's gather and the first unit's are waited for; each next one hides behind
+        # the unit before it (with prefetch and overlap).
+        forward_exposed = ag(root) + (ag(units[0]) if units else 0.0)
+        for i in range(1, len(units)):
+            forward_exposed += max(0.0, ag(units[i]) - fwd[i - 1]) if hides else ag(units[i])
+        # Backward, last unit first: each unit gathered again (resharded), its reduce-scatter and the
+        # next unit's gather on one stream behind its backward; the last reduce-scatters after it.
+        order = units[::-1]
+        again = [ag(s) if reshard else 0.0 for s in order]
+        if overlap:
+            backward_exposed = again[0] if order else 0.0
+            for i in range(1, len(order)):
+                pending = (again[i] if prefetch else 0.0) + rs(order[i - 1])
+                backward_exposed += max(0.0, pending - bwd[len(units) - i]) + (0.0 if prefetch else again[i])
+            backward_exposed += (rs(order[-1]) if order else 0.0) + rs(root)
+        else:
+            backward_exposed = sum(again) + sum(rs(s) for s in order) + rs(root)
         exposed = forward_exposed + backward_exposed
+        comm = ag(root) + sum(ag(s) for s in units) + sum(again) + sum(rs(s) for s in units) + rs(root)
         step = (case.phase("data") * k + forward + backward + exposed + self._sharded_optimizer(case, world)
                 + case.phase("residual"))
-        assumptions = [f"fsdp: {case.name}'s {units} wrap units taken as equal in bytes and compute; "
-                       f"resharded after forward (the default): parameters gathered twice a step"]
-        p = self._record(case, "fsdp", world, step, units * (2 * ag + rs), exposed,
-                         [gather.algorithm, scatter.algorithm], assumptions)
+        p = self._record(case, "fsdp", world, step, comm, exposed, [gather.algorithm, scatter.algorithm], assumptions)
         p.memory_per_device_bytes = memory_per_device(case, "fsdp", world)
         return p
 

@@ -107,7 +107,10 @@ std::string encode(const RepetitionRecord& r) {
     for (const auto& b : r.comm->bucket_timeline) {
       timeline.push_back({{"bytes", b.bytes}, {"ready_seconds", b.ready_seconds}, {"allreduce_seconds", b.allreduce_seconds}});
     }
+    json units = json::array();
+    for (const auto& u : r.comm->units) units.push_back({{"bytes", u.bytes}, {"root", u.root}});
     comm = {{"bucket_timeline", timeline},
+            {"units", units},
             {"backend", r.comm->backend},
             {"world_size", r.comm->world_size},
             {"bytes_per_step", r.comm->bytes_per_step},
@@ -163,6 +166,7 @@ RepetitionRecord decode_repetition(const std::string& text) {
         s.bucket_timeline.push_back({b.at("bytes").get<std::int64_t>(), b.at("ready_seconds").get<double>(),
                                      b.at("allreduce_seconds").get<double>()});
       }
+      for (const auto& u : c.at("units")) s.units.push_back({u.at("bytes").get<std::int64_t>(), u.at("root").get<bool>()});
       r.comm = s;
     }
     return r;

@@ -162,6 +162,7 @@ struct RunSettings {
   int world_size = 1;
   int threads_per_device = 1;
   double timeout_seconds = 0;
+  StrategyOptions strategy_options;  // --bucket-mb, --no-overlap, --reshard-after-forward, --hogwild-mode, ...
   // What each workload of the run is, by name: a TorchScript model's file and spec, a plug-in's own words.
   std::map<std::string, std::string> workload_descriptions;
 };

@@ -52,6 +52,10 @@ _SCHEMA = {
     "context/ddpbench/devices/[*]/kind": (_STR,), "context/ddpbench/devices/[*]/total_memory_bytes": (_NUM,),
     "context/ddpbench/env": (_DICT,), "context/ddpbench/env/*": (_STR,),
     "context/ddpbench/settings": (_DICT,), "context/ddpbench/settings/dtype": (_STR,),
+    "context/ddpbench/settings/strategy_settings": (_DICT,),
+    "context/ddpbench/settings/strategy_settings/fsdp/reshard_after_forward": (_BOOL,),
+    "context/ddpbench/settings/strategy_settings/fsdp/prefetch": (_BOOL,),
+    "context/ddpbench/settings/strategy_settings/fsdp/overlap": (_BOOL,),
     "context/ddpbench/complete": (_BOOL,), "context/ddpbench/interruption": (_STR,),
     "benchmarks": (_LIST,), "benchmarks/[*]": (_DICT,), "benchmarks/[*]/name": (_STR,),
     "benchmarks/[*]/run_name": (_STR,), "benchmarks/[*]/run_type": (_STR,), "benchmarks/[*]/aggregate_name": (_STR,),
@@ -93,6 +97,10 @@ _SCHEMA = {
     "benchmarks/[*]/ddpbench/workload_facts/gradient_bytes": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/comm": (_DICT, _NULL), "benchmarks/[*]/ddpbench/comm/bytes_per_step": (_NUM,),
     "benchmarks/[*]/ddpbench/comm/bucket_timeline": (_LIST,),
+    "benchmarks/[*]/ddpbench/comm/units": (_LIST,),
+    "benchmarks/[*]/ddpbench/comm/units/[*]": (_DICT,),
+    "benchmarks/[*]/ddpbench/comm/units/[*]/bytes": (_NUM,),
+    "benchmarks/[*]/ddpbench/comm/units/[*]/root": (_BOOL,),
     "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]": (_DICT,),
     "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]/bytes": (_NUM,),
     "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]/ready_ms": (_NUM,),
@@ -107,7 +115,7 @@ _SCHEMA = {
 # above zero as well; the readers of samples check that.)
 _NON_NEGATIVE = re.compile(r"^benchmarks/\[\*\]/(real_time|cpu_time|items_per_second|bytes|busbw|bytes_per_second"
                            r"|ddpbench/(step_times_ms/\[\*\]|world_size|global_batch|workload_facts/gradient_bytes"
-                           r"|comm/bytes_per_step|comm/bucket_timeline/\[\*\]/(bytes|ready_ms|allreduce_ms)"
+                           r"|comm/bytes_per_step|comm/bucket_timeline/\[\*\]/(bytes|ready_ms|allreduce_ms)|comm/units/\[\*\]/bytes"
                            r"|comm/(reduce_scatter|all_gather|bytes_sent)_(bytes_)?per_step|comm/(reduce_scatter|all_gather)_ms"
                            r"|memory/\[\*\]/(parameter|gradient|optimizer_state)_bytes))$")
 

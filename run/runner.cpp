@@ -73,6 +73,7 @@ Runner::Runner(RunnerOptions options, DeviceSet devices, RunContext context)
   s.world_size = devices_.size();
   s.threads_per_device = devices_.threads_per_device();
   s.timeout_seconds = options_.timeout_seconds;
+  s.strategy_options = options_.strategy;
   for (const auto& w : options_.workloads) s.workload_descriptions[w] = WorkloadRegistry::instance().get(w).description();
 }
 

@@ -137,6 +137,7 @@ class FsdpStrategy final : public Strategy, private UnitCallHooks {
     c.all_gather_bytes_per_step = t.all_gather_bytes / t.steps;
     c.reduce_scatter_seconds_per_step = t.reduce_scatter_seconds / steps;
     c.all_gather_seconds_per_step = t.all_gather_seconds / steps;
+    for (std::size_t u = 0; u < units_->unit_count(); ++u) c.units.push_back({units_->unit_bytes(u), units_->unit_is_root(u)});
     return c;
   }
   void do_reset_measured_stats() override { units_->reset_traffic(); }

@@ -88,6 +88,13 @@ struct CommSummary {
   std::int64_t all_gather_bytes_per_step = 0;
   double reduce_scatter_seconds_per_step = 0;
   double all_gather_seconds_per_step = 0;
+  // fsdp: each unit's padded parameter bytes, in the order the units were built (the root, gathered
+  // once for the whole step, flagged), so that a projection need not take them as equal.
+  struct ShardedUnit {
+    std::int64_t bytes = 0;
+    bool root = false;
+  };
+  std::vector<ShardedUnit> units;
 };
 
 // What an asynchronous strategy's workers did since the last reset: how stale their updates were.

@@ -14,6 +14,22 @@ namespace {
 
 using nlohmann::json;
 
+// The strategies' own flags, each under the strategies it applies to, so that a reader (the
+// projection) knows what ran instead of assuming the defaults.
+json strategy_settings_json(const StrategyOptions& o) {
+  const json buckets = {{"bucket_mb", o.ddp.bucket_mb}, {"overlap", o.ddp.overlap}};
+  json ddp = buckets;
+  ddp["grad_as_bucket_view"] = o.ddp.grad_as_bucket_view;
+  ddp["sync_bn"] = o.ddp.sync_bn;
+  return {{"ddp", ddp},
+          {"zero1", buckets},
+          {"zero2", buckets},
+          {"fsdp", {{"reshard_after_forward", o.fsdp.reshard_after_forward}, {"prefetch", o.fsdp.prefetch},
+                    {"overlap", o.ddp.overlap}}},
+          {"hogwild", {{"mode", to_string(o.hogwild.mode)}, {"sync_every", o.hogwild.sync_every},
+                       {"workers", o.hogwild.workers}}}};
+}
+
 json context_json(const RunRecord& record) {
   const auto& c = record.context;
   const auto& s = record.settings;
@@ -58,6 +74,7 @@ json context_json(const RunRecord& record) {
         {"timeout_seconds", s.timeout_seconds},
         // How phase times were taken: CUDA events on the GPU's stream, or the host's steady clock.
         {"phase_timer", s.device_kind == DeviceKind::Cuda ? "cuda_events" : "steady_clock"},
+        {"strategy_settings", strategy_settings_json(s.strategy_options)},
         {"workloads", s.workload_descriptions}}},
       {"complete", record.complete},
   };
@@ -177,12 +194,15 @@ json comm_json(const std::optional<CommSummary>& comm) {
   for (const auto& b : comm->bucket_timeline) {
     timeline.push_back({{"bytes", b.bytes}, {"ready_ms", b.ready_seconds * 1e3}, {"allreduce_ms", b.allreduce_seconds * 1e3}});
   }
+  json units = json::array();
+  for (const auto& u : comm->units) units.push_back({{"bytes", u.bytes}, {"root", u.root}});
   return {{"backend", comm->backend},
           {"bytes_per_step", comm->bytes_per_step},
           {"buckets", comm->buckets},
           {"allreduce_ms", comm->allreduce_seconds_per_step * 1e3},
           {"busbw_gbps", busbw ? json(*busbw / 1e9) : json(nullptr)},
           {"bucket_timeline", timeline},
+          {"units", units},
           {"reduce_scatter_bytes_per_step", comm->reduce_scatter_bytes_per_step},
           {"all_gather_bytes_per_step", comm->all_gather_bytes_per_step},
           {"reduce_scatter_ms", comm->reduce_scatter_seconds_per_step * 1e3},

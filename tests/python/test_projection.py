@@ -288,6 +288,55 @@ def test_fsdp_hides_each_next_units_gather_behind_the_units_compute():
         model.Projector(net, "weak").fsdp(sharded_case("single", 1), 4)
 
 
+def test_fsdp_uses_the_measured_units_and_gathers_the_root_once():
+    """A root of half the model (gpt2's tied embedding) is gathered once a step, not twice as an
+    equal unit would be: with its bytes recorded the projection moves 1.5x the parameters' gather
+    bytes, not 2x."""
+    net = flat_network(intra_gbps=10, intra_us=0)
+    equal = sharded_case("fsdp", 2, units=3)
+    measured = sharded_case("fsdp", 2, units=3)
+    measured.unit_bytes = [(25 * MB, False), (25 * MB, False), (50 * MB, True)]
+    measured.settings = {"reshard_after_forward": True, "prefetch": True, "overlap": True}
+    ag = lambda share: collectives.all_gather(net, 100 * MB * share, 4).seconds * 1e3  # noqa: E731
+    rs = lambda share: collectives.reduce_scatter(net, 100 * MB * share, 4).seconds * 1e3  # noqa: E731
+    p = model.Projector(net, "weak").fsdp(measured, 4)
+    assert p.comm_ms == pytest.approx(ag(0.5) + 2 * 2 * ag(0.25) + 2 * rs(0.25) + rs(0.5))
+    assert p.comm_ms < model.Projector(net, "weak").fsdp(equal, 4).comm_ms
+    assert any("50% of the parameters with the root" in a for a in p.assumptions), p.assumptions
+    assert any("taken as equal" in a for a in model.Projector(net, "weak").fsdp(equal, 4).assumptions)
+    # Exposed: the root's gather and the first unit's in forward (the second hides behind the first's
+    # 2.5 ms of compute: 10 ms x 25%); in backward the last unit's gather, then the first's gather with
+    # the last's reduce-scatter behind its 5 ms of backward, then the first's and the root's reduce-scatters.
+    backward = ag(0.25) + max(0, ag(0.25) + rs(0.25) - 20 * 0.25) + rs(0.25) + rs(0.5)
+    assert p.exposed_comm_ms == pytest.approx(ag(0.5) + ag(0.25) + max(0, ag(0.25) - 2.5) + backward)
+
+
+def test_fsdp_projects_the_flags_the_case_ran_with():
+    net = flat_network(intra_gbps=10, intra_us=0)
+    ag = collectives.all_gather(net, 25 * MB, 4).seconds * 1e3
+    rs = collectives.reduce_scatter(net, 25 * MB, 4).seconds * 1e3
+
+    def projected(**flags):
+        c = sharded_case("fsdp", 2, units=4)
+        c.unit_bytes = [(25 * MB, False)] * 4
+        c.settings = dict({"reshard_after_forward": True, "prefetch": True, "overlap": True}, **flags)
+        return model.Projector(net, "weak").fsdp(c, 4)
+
+    default = projected()
+    assert default.comm_ms == pytest.approx(4 * (2 * ag + rs))
+    kept = projected(reshard_after_forward=False)  # SHARD_GRAD_OP: gathered once a step
+    assert kept.comm_ms == pytest.approx(4 * (ag + rs))
+    assert any("gathered once a step" in a for a in kept.assumptions), kept.assumptions
+    serial = projected(overlap=False)  # every collective on the step's thread: nothing hidden
+    assert serial.exposed_comm_ms == pytest.approx(serial.comm_ms)
+    assert projected(prefetch=False).exposed_comm_ms > default.exposed_comm_ms
+    # A file that does not record the flags: the defaults, said.
+    c = sharded_case("fsdp", 2, units=4)
+    p = model.Projector(net, "weak").fsdp(c, 4)
+    assert p.comm_ms == pytest.approx(default.comm_ms)
+    assert any("defaults assumed" in a for a in p.assumptions), p.assumptions
+
+
 def test_the_fit_answer_names_the_fastest_strategy_that_fits_and_what_does_not():
     def proj(strategy, sps, gib):
         return model.Projection("w", strategy, 64, 8, "projected", step_ms=1, samples_per_second=sps,
@@ -334,6 +383,11 @@ def test_the_command_projects_the_sharded_strategies_and_says_which_fit(sharded_
     assert "which fit" in r.stdout and "mlp at world 64: " in r.stdout
     for line in doc["fit"]:
         assert line in r.stdout
+    # fsdp's measured units and flags reach the projection: mlp's four layers, no root, as they ran.
+    fsdp = model.pick_base(cases, "mlp", "fsdp")
+    assert len(fsdp.unit_bytes) == 4 and not any(root for _, root in fsdp.unit_bytes)
+    assert fsdp.settings["reshard_after_forward"] is True
+    assert any("as mlp/fsdp/world:2 ran" in a for a in by[("fsdp", 64)]["assumptions"])
     # The report reads the new field back.
     _, items = projection_file.load(str(out_json))
     assert any(p.memory_per_device_bytes for p in items)

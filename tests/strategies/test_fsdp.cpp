@@ -81,6 +81,18 @@ TEST(FsdpRun, SendsOneAndAHalfTimesDdpsBytesWithReshardingAfterForwardAndOnceWit
     EXPECT_NEAR(comm["bytes_sent_per_step"].get<double>() / ddp_sent, reshard == "on" ? 1.5 : 1.0, 1e-4);
     const double rs = comm["reduce_scatter_bytes_per_step"].get<double>();
     EXPECT_EQ(comm["all_gather_bytes_per_step"].get<double>(), (reshard == "on" ? 2 : 1) * rs);
+    // Each unit's bytes, what a projection needs instead of equal units: mlp's four layers, no root,
+    // adding up to what was reduce-scattered; and the flag as it ran.
+    ASSERT_EQ(comm["units"].size(), 4u) << comm.dump();
+    double unit_sum = 0;
+    for (const auto& u : comm["units"]) {
+      EXPECT_FALSE(u["root"].get<bool>());
+      unit_sum += u["bytes"].get<double>();
+    }
+    EXPECT_EQ(unit_sum, rs);
+    const auto& flags = doc["context"]["ddpbench"]["settings"]["strategy_settings"]["fsdp"];
+    EXPECT_EQ(flags["reshard_after_forward"].get<bool>(), reshard == "on") << flags.dump();
+    EXPECT_TRUE(flags["prefetch"].get<bool>());
     EXPECT_GT(comm["reduce_scatter_ms"].get<double>(), 0);
     EXPECT_GT(comm["all_gather_ms"].get<double>(), 0);
     const auto& phases = d["phases_ms"];
