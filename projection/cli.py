@@ -72,7 +72,7 @@ def _fmt(v, spec, width):
 
 
 def format_table(projections, net, scaling, source):
-    lines = [f"{'case':<28} {'world':>6} {'nodes':>5} {'step ms':>10} {'samples/s':>12} {'efficiency':>10} "
+    lines = [f"{'case':<28} {'world':>6} {'nodes':>5} {'step ms':>10} {'band ms':>19} {'samples/s':>12} {'efficiency':>10} "
              f"{'comm ms':>9} {'exposed':>9} {'mem/dev':>10}  algorithm"]
     lines.append("-" * len(lines[0]))
     for p in projections:
@@ -83,7 +83,8 @@ def format_table(projections, net, scaling, source):
         eff = None if p.scaling_efficiency is None else p.scaling_efficiency * 100
         mark = "%*" if eff is not None and eff > 100 else "% "  # *: explained under the table
         mem = "-" if p.memory_per_device_bytes is None else model.format_bytes(p.memory_per_device_bytes)
-        lines.append(f"{name:<28} {p.world:>6} {p.nodes:>5} {p.step_ms:>10.3f} {p.samples_per_second:>12.4g} "
+        band = "-" if not p.step_ms_band else f"{p.step_ms_band[0]:.3f}-{p.step_ms_band[1]:.3f}"
+        lines.append(f"{name:<28} {p.world:>6} {p.nodes:>5} {p.step_ms:>10.3f} {band:>19} {p.samples_per_second:>12.4g} "
                      f"{_fmt(eff, '.1f', 8)}{mark}{_fmt(p.comm_ms, '.3f', 9)} {_fmt(p.exposed_comm_ms, '.3f', 9)} "
                      f"{mem:>10}  {','.join(p.algorithms) or '-'}")
     lines.append("")
@@ -95,6 +96,8 @@ def format_table(projections, net, scaling, source):
                                   "strong: the measured global batch is split over the ranks; compute is taken "
                                   "as linear in the batch (small per-device batches on GPUs run slower than that)"))
     lines += ["  " + x for x in net.describe()]
+    lines.append("  band ms: the step time with every link at the high and at the low end of its efficiency's "
+                 "range (above); the measured phases are taken as they were")
     if any(p.memory_per_device_bytes is not None for p in projections):
         lines.append("  mem/dev: ZeRO's formulas over the whole model's parameter, gradient and optimizer bytes, plus "
                      "the measured case's rest of the peak (activations, buffers) as it was")

@@ -7,7 +7,8 @@ An all-reduce of S bytes over W ranks on N nodes of G devices:
 - tree (only between nodes, NCCL's double binary tree with a chain inside each node): latency
   2 ((G - 1) alpha_intra + ceil(log2 N) alpha_inter); bandwidth half the bus bandwidth (NCCL's
   algorithm-bandwidth ratio for trees), so 2 S / busbw.
-NCCL picks the cheaper per call; so does this. Both add the fixed cost of a collective.
+NCCL picks the cheaper per call; so does this. Both add the fixed cost of a collective. Every
+bandwidth is the link's achievable one: its nominal figure times its efficiency (network.Link).
 
 A reduce-scatter or all-gather of S bytes (the whole buffer; each rank ends with, or starts from,
 S / W) is NCCL's ring: W - 1 steps, N - 1 of them across the network, each rank moving
@@ -30,8 +31,8 @@ def nodes_for(world, devices_per_node):
 def bus_bandwidth(network, world):
     """Bytes/s each rank's share of a ring moves at: the intra link, or the NICs when the ring leaves the node."""
     if nodes_for(world, network.devices_per_node) == 1:
-        return network.intra.bandwidth
-    return min(network.intra.bandwidth, network.nics_per_node * network.inter.bandwidth)
+        return network.intra.achievable
+    return min(network.intra.achievable, network.nics_per_node * network.inter.achievable)
 
 
 def allreduce(network, nbytes, world):
@@ -54,7 +55,7 @@ def broadcast(link, nbytes, world, base_latency=0.0):
     """One device's bytes to W - 1 others, pipelined along a chain (DataParallel's replicate)."""
     if world <= 1:
         return Cost(0.0, "none")
-    return Cost(base_latency + (world - 1) * link.alpha + nbytes / link.bandwidth, "chain")
+    return Cost(base_latency + (world - 1) * link.alpha + nbytes / link.achievable, "chain")
 
 
 def reduce(link, nbytes, world, base_latency=0.0):

@@ -94,6 +94,9 @@ class Projection:
     from_case: str = ""
     memory_per_device_bytes: Optional[float] = None  # ddp, zero1, zero2, fsdp
     assumptions: List[str] = field(default_factory=list)
+    # The band the links' efficiency ranges span: [fast, slow] step time, [slow, fast] throughput.
+    step_ms_band: Optional[List[float]] = None
+    samples_per_second_band: Optional[List[float]] = None
 
     def to_json(self):
         return dict(self.__dict__)
@@ -417,6 +420,16 @@ class Projector:
         return p
 
     def project(self, case, strategy, world):
+        p = self._project_point(case, strategy, world)
+        if p.status == "projected":
+            # The same projection with every link at the high and at the low end of its efficiency.
+            fast = Projector(self.network.at("high"), self.scaling)._project_point(case, strategy, world)
+            slow = Projector(self.network.at("low"), self.scaling)._project_point(case, strategy, world)
+            p.step_ms_band = [fast.step_ms, slow.step_ms]
+            p.samples_per_second_band = [slow.samples_per_second, fast.samples_per_second]
+        return p
+
+    def _project_point(self, case, strategy, world):
         p = getattr(self, strategy.replace("-", "_"))(case, world)
         if strategy == "ddp" and p.memory_per_device_bytes is None:
             p.memory_per_device_bytes = memory_per_device(case, "ddp", world)
@@ -470,8 +483,20 @@ def fit_answers(projections, device_memory):
                 f"{size(p)} at {p.samples_per_second / best.samples_per_second:.2f}x" for p in fits[1:])
         if over:
             text += "; do not fit: " + ", ".join(size(p) for p in over)
+        close = [p.strategy for p in fits[1:] if bands_overlap(best, p)]
+        if close:
+            text += (f"; {' or '.join([best.strategy] + close)}: within the projection's band of each other, "
+                     f"the ranking cannot be told")
         lines.append(text)
     return lines
+
+
+def bands_overlap(a, b):
+    """Whether two projections' throughput bands share any value: then which is faster cannot be told."""
+    if not a.samples_per_second_band or not b.samples_per_second_band:
+        return False
+    (a_low, a_high), (b_low, b_high) = a.samples_per_second_band, b.samples_per_second_band
+    return a_low <= b_high and b_low <= a_high
 
 
 def over_100_percent(p):

@@ -29,6 +29,28 @@ class Link:
     bandwidth: float  # bytes/s one device sends in one direction
     alpha: float      # seconds: the latency of one step of a pipelined collective
     source: str = ""
+    # The fraction of `bandwidth` a collective reaches (nccl-tests' bus bandwidth against the line
+    # rate, for a preset), the range it is known to vary over, and where the figures come from. A
+    # link fitted to measured times has it by construction (1.0), its range the fit's spread.
+    efficiency: float = 1.0
+    efficiency_low: float = 1.0
+    efficiency_high: float = 1.0
+    efficiency_source: str = "nominal: no efficiency stated"
+
+    @property
+    def achievable(self):
+        """Bytes/s a collective moves over this link."""
+        return self.bandwidth * self.efficiency
+
+    def at(self, bound):
+        """This link at the low or the high end of its efficiency's range ("low", "high"), or as it is."""
+        return replace(self, efficiency={"low": self.efficiency_low, "high": self.efficiency_high}.get(bound, self.efficiency))
+
+    def describe_efficiency(self):
+        text = f"achievable {self.efficiency:.0%} of it"
+        if (self.efficiency_low, self.efficiency_high) != (self.efficiency, self.efficiency):
+            text += f" ({self.efficiency_low:.0%}-{self.efficiency_high:.0%})"
+        return text
 
 
 @dataclass(frozen=True)
@@ -54,6 +76,22 @@ class Network:
     def copy_link(self):
         return self.copy or self.intra
 
+    def at(self, bound):
+        """The network with every link at the low or high end of its efficiency's range: the slow and
+        the fast edge of a projection's band."""
+        return replace(self, intra=self.intra.at(bound), inter=self.inter.at(bound),
+                       copy=self.copy.at(bound) if self.copy else None)
+
+    def efficiency_lines(self):
+        """Each link's efficiency with its source, once per distinct link."""
+        out, seen = [], set()
+        for label, l in (("intra-node", self.intra), ("inter-node", self.inter), ("DataParallel copies", self.copy)):
+            if l is None or (l.efficiency, l.efficiency_low, l.efficiency_high, l.efficiency_source) in seen:
+                continue
+            seen.add((l.efficiency, l.efficiency_low, l.efficiency_high, l.efficiency_source))
+            out.append(f"  {label} efficiency {l.efficiency:.0%}: {l.efficiency_source}")
+        return out
+
     @property
     def compute_slots(self):
         return self.compute_slots_per_node or self.devices_per_node
@@ -62,9 +100,9 @@ class Network:
         """Lines that state every figure the projection uses, for the table and the JSON."""
         lines = [f"network {self.name}: {self.devices_per_node} device(s) per node"]
         lines.append(f"  intra-node: {self.intra.bandwidth / GB:.4g} GB/s per device per direction, "
-                     f"{self.intra.alpha / US:.3g} us a step")
-        lines.append(f"  inter-node: {self.inter.bandwidth / GB:.4g} GB/s per NIC, {self.nics_per_node} NIC(s) per "
-                     f"node, {self.inter.alpha / US:.3g} us a step")
+                     f"{self.intra.describe_efficiency()}, {self.intra.alpha / US:.3g} us a step")
+        lines.append(f"  inter-node: {self.inter.bandwidth / GB:.4g} GB/s per NIC, {self.inter.describe_efficiency()}, "
+                     f"{self.nics_per_node} NIC(s) per node, {self.inter.alpha / US:.3g} us a step")
         if self.base_latency:
             lines.append(f"  {self.base_latency / US:.3g} us fixed cost per collective")
         if self.copy:
@@ -74,12 +112,15 @@ class Network:
                          f"the slots and slow down in proportion")
         if self.transport_on_compute_cores:
             lines.append("  communication is copied by the node's cores, and slows down with compute")
+        lines += self.efficiency_lines()
         lines += [f"  source: {s}" for s in self.sources if s]
         return lines
 
     def to_json(self):
         def link(l):
-            return {"bandwidth_GBps": l.bandwidth / GB, "alpha_us": l.alpha / US, "source": l.source}
+            return {"bandwidth_GBps": l.bandwidth / GB, "alpha_us": l.alpha / US, "source": l.source,
+                    "efficiency": {"value": l.efficiency, "low": l.efficiency_low, "high": l.efficiency_high,
+                                   "source": l.efficiency_source}}
         return {"name": self.name, "devices_per_node": self.devices_per_node, "nics_per_node": self.nics_per_node,
                 "base_latency_us": self.base_latency / US, "intra": link(self.intra), "inter": link(self.inter),
                 "copy": link(self.copy) if self.copy else None, "compute_slots_per_node": self.compute_slots_per_node,
@@ -107,11 +148,30 @@ def _number(obj, key, where, positive=True, required=True):
     return v
 
 
+def _efficiency(obj, where):
+    """A link's "efficiency": a fraction, or {"value", "low", "high", "source"}; none: nominal."""
+    e = obj.get("efficiency")
+    if e is None:
+        return {}
+    if not isinstance(e, dict):
+        e = {"value": e}
+    value = _number(e, "value", f"{where}: efficiency")
+    low = _number(e, "low", f"{where}: efficiency", required=False)
+    high = _number(e, "high", f"{where}: efficiency", required=False)
+    low = value if low is None else low
+    high = value if high is None else high
+    if not low <= value <= high or high > 2:
+        raise NetworkError(f"{where}: efficiency should hold low <= value <= high (at most 2), not "
+                           f"{low!r}, {value!r}, {high!r}")
+    return {"efficiency": value, "efficiency_low": low, "efficiency_high": high,
+            "efficiency_source": str(e.get("source", f"stated in {where}"))}
+
+
 def _link(obj, where):
     if not isinstance(obj, dict):
         raise NetworkError(f"{where}: should be an object with bandwidth_GBps and alpha_us")
     return Link(_number(obj, "bandwidth_GBps", where) * GB, _number(obj, "alpha_us", where, positive=False) * US,
-                str(obj.get("source", "")))
+                str(obj.get("source", "")), **_efficiency(obj, where))
 
 
 def from_presets(intra_name, inter_name):
@@ -178,6 +238,16 @@ def _fit(points, path):
         raise NetworkError(f"--network {path}: {e}") from e
 
 
+def fitted_efficiency(points, a, b, what):
+    """A fitted link's efficiency: 1.0 by construction (the measured times already hold it), its range
+    how far the bandwidth-bound points (where bytes cost at least the latency) lie from the line: a
+    point measured slower than the line is a link that reached less."""
+    ratios = [(a + b * x) / t for x, t in points if b * x >= a] or [(a + b * x) / t for x, t in points]
+    return {"efficiency": 1.0, "efficiency_low": min(1.0, min(ratios)), "efficiency_high": max(1.0, max(ratios)),
+            "efficiency_source": f"1.0 by construction (fitted to measured {what}); the range is the "
+                                 f"measured points' spread around the fit"}
+
+
 _TIME_TO_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
@@ -216,12 +286,14 @@ def from_micro(doc, path):
     if not points:
         raise NetworkError(f"--network {path}: a ddpbench-micro file without BM_GlooAllreduce results")
     a, b = _fit(points, path)
-    link = Link(1.0 / b, a / 2, f"fitted to {len(points)} Gloo all-reduce sizes between 2 ranks in {path}")
+    link = Link(1.0 / b, a / 2, f"fitted to {len(points)} Gloo all-reduce sizes between 2 ranks in {path}",
+                **fitted_efficiency(points, a, b, "Gloo all-reduce times"))
     copy = None
     copies = _micro_points(doc, "BM_ReplicateCopy", path)
     if len(copies) >= 2:
         ca, cb = _fit(copies, path)
-        copy = Link(1.0 / cb, ca, f"fitted to {len(copies)} replicate-copy sizes in {path}")
+        copy = Link(1.0 / cb, ca, f"fitted to {len(copies)} replicate-copy sizes in {path}",
+                    **fitted_efficiency(copies, ca, cb, "copy times"))
     return Network(name=os.path.basename(path), devices_per_node=1, intra=link, inter=link, nics_per_node=1,
                    copy=copy, transport_on_compute_cores=True, sources=[link.source] + ([copy.source] if copy else []))
 
@@ -250,7 +322,8 @@ def from_nccl_tests(text, path):
     a, b = _fit(points, path)
     hosts = len(set(ranks))
     link = Link(2 * (n - 1) / n / b, a / (2 * (n - 1)),
-                f"fitted to {len(points)} all_reduce_perf sizes over {n} ranks on {hosts} host(s) in {path}")
+                f"fitted to {len(points)} all_reduce_perf sizes over {n} ranks on {hosts} host(s) in {path}",
+                **fitted_efficiency(points, a, b, "all_reduce_perf times"))
     per_node = n // hosts
     return Network(name=os.path.basename(path), devices_per_node=max(1, per_node), intra=link, inter=link,
                    nics_per_node=1, sources=[link.source])

@@ -1,5 +1,6 @@
 """ddpbench-project: the cost model, the network descriptions and fits, the replay of a real run's
 bucket timeline, and the command's outputs and refusals."""
+import dataclasses
 import json
 import math
 import os
@@ -86,6 +87,45 @@ def test_presets_carry_their_figures_and_sources():
     assert network.load("pcie5+eth100", devices_per_node=4).devices_per_node == 4
 
 
+def test_every_preset_link_states_an_efficiency_below_its_line_rate_with_a_source():
+    """Collectives reach a fraction of a datasheet's bandwidth (nccl-tests' busbw); a projection at the
+    line rate came out low on every published point (issue 48)."""
+    intra, inter = network.preset_names()
+    for a in intra:
+        for b in inter:
+            net = network.load(f"{a}+{b}")
+            for link in (net.intra, net.inter):
+                assert 0 < link.efficiency < 1 and link.efficiency_low <= link.efficiency <= link.efficiency_high
+                assert link.efficiency_source and link.efficiency_source != "nominal: no efficiency stated"
+                assert link.achievable == pytest.approx(link.bandwidth * link.efficiency)
+    net = network.load("nvlink4+ndr400")
+    text = "\n".join(net.describe())
+    assert "achievable 80% of it (75%-107%)" in text and "intra-node efficiency 80%: " in text
+    # The bandwidth term of a collective is the achievable bandwidth's: 1 GB over 8 ranks in a node.
+    nominal = dataclasses.replace(net, intra=dataclasses.replace(net.intra, efficiency=1.0))
+    fixed = collectives.allreduce(net, 0, 8).seconds
+    assert (collectives.allreduce(net, 1e9, 8).seconds - fixed) == pytest.approx(
+        (collectives.allreduce(nominal, 1e9, 8).seconds - fixed) / 0.8)
+
+
+def test_a_network_file_may_state_each_links_efficiency(tmp_path):
+    path = tmp_path / "net.json"
+    desc = {"devices_per_node": 4, "intra": {"bandwidth_GBps": 20, "alpha_us": 3, "efficiency": 0.7},
+            "inter": {"bandwidth_GBps": 5, "alpha_us": 9,
+                      "efficiency": {"value": 0.9, "low": 0.8, "high": 0.95, "source": "our nccl-tests, May"}}}
+    path.write_text(json.dumps(desc))
+    net = network.load(str(path))
+    assert (net.intra.efficiency, net.intra.efficiency_low, net.intra.efficiency_high) == (0.7, 0.7, 0.7)
+    assert (net.inter.efficiency_low, net.inter.efficiency_high, net.inter.efficiency_source) == (
+        0.8, 0.95, "our nccl-tests, May")
+    path.write_text(json.dumps(net.to_json()))  # what the projection's JSON says of it reads back the same
+    assert network.load(str(path)).inter == net.inter
+    desc["inter"]["efficiency"] = {"value": 0.9, "low": 0.95}
+    path.write_text(json.dumps(desc))
+    with pytest.raises(network.NetworkError, match="efficiency should hold low <= value <= high"):
+        network.load(str(path))
+
+
 @pytest.mark.parametrize("spec, words", [
     ("nvlink9+ndr400", "no intra-node preset"),
     ("nvlink4+ndr800", "no inter-node preset"),
@@ -129,6 +169,11 @@ def test_alpha_and_bandwidth_are_recovered_from_nccl_tests_output(tmp_path):
     assert net.devices_per_node == 4
     assert net.intra.bandwidth == pytest.approx(bw, rel=1e-3)
     assert net.intra.alpha == pytest.approx(alpha, rel=1e-2)
+    # Fitted to measured times: the efficiency is in the bandwidth already, its range the points' spread
+    # around the fit (none here: the times lie on the line, to the 0.01 us they are printed in).
+    assert net.intra.efficiency == 1.0 and "by construction" in net.intra.efficiency_source
+    assert net.intra.efficiency_low == pytest.approx(1.0, abs=1e-3)
+    assert net.intra.efficiency_high == pytest.approx(1.0, abs=1e-3)
 
 
 def test_a_fit_to_ddpbench_micro_is_close_to_its_own_measurements(tmp_path):
@@ -335,6 +380,34 @@ def test_fsdp_projects_the_flags_the_case_ran_with():
     p = model.Projector(net, "weak").fsdp(c, 4)
     assert p.comm_ms == pytest.approx(default.comm_ms)
     assert any("defaults assumed" in a for a in p.assumptions), p.assumptions
+
+
+def test_each_projection_has_a_band_from_the_links_efficiency_ranges():
+    c = case(buckets=[model.Bucket(10e6, 5e-3), model.Bucket(90e6, 20e-3)])
+    wide = flat_network(intra_gbps=10, intra_us=0)
+    wide = dataclasses.replace(wide, intra=dataclasses.replace(wide.intra, efficiency=0.8, efficiency_low=0.5,
+                                                                efficiency_high=1.0))
+    p = model.Projector(wide, "weak").project(c, "ddp", 2)
+    fast, slow = p.step_ms_band
+    assert fast < p.step_ms < slow
+    assert fast == pytest.approx(model.Projector(wide.at("high"), "weak").project(c, "ddp", 2).step_ms)
+    assert slow == pytest.approx(model.Projector(wide.at("low"), "weak").project(c, "ddp", 2).step_ms)
+    assert p.samples_per_second_band[0] < p.samples_per_second < p.samples_per_second_band[1]
+    # A link without a range (fitted points on their line, or a nominal one) gives a band of one point.
+    point = model.Projector(flat_network(intra_gbps=10, intra_us=0), "weak").project(c, "ddp", 2)
+    assert point.step_ms_band == [pytest.approx(point.step_ms)] * 2
+
+
+def test_the_fit_answer_says_when_the_band_cannot_rank_two_strategies():
+    def proj(strategy, sps, gib, band):
+        return model.Projection("w", strategy, 64, 8, "projected", samples_per_second=sps,
+                                memory_per_device_bytes=gib * 2 ** 30, samples_per_second_band=band)
+    rows = [proj("zero2", 100, 50, [90, 110]), proj("fsdp", 95, 20, [85, 104]), proj("zero1", 60, 70, [55, 65])]
+    [line] = model.fit_answers(rows, 80 * 2 ** 30)
+    assert line.endswith("; zero2 or fsdp: within the projection's band of each other, the ranking cannot be told")
+    rows[1].samples_per_second_band = [80, 88]  # apart: zero2 is faster whatever the links reach
+    [line] = model.fit_answers(rows, 80 * 2 ** 30)
+    assert "cannot be told" not in line
 
 
 def test_the_fit_answer_names_the_fastest_strategy_that_fits_and_what_does_not():
