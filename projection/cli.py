@@ -96,13 +96,12 @@ def format_table(projections, net, scaling, source):
                                   "strong: the measured global batch is split over the ranks; compute is taken "
                                   "as linear in the batch (small per-device batches on GPUs run slower than that)"))
     lines += ["  " + x for x in net.describe()]
-    lines.append("  band ms: the step time with every link at the high and at the low end of its efficiency's "
-                 "range (above); the measured phases are taken as they were")
+    lines.append("  band ms: the step time with every link at the high end of its efficiency's range and "
+                 "the compute slow-down at its low end, and the other way round")
     if any(p.memory_per_device_bytes is not None for p in projections):
         lines.append("  mem/dev: ZeRO's formulas over the whole model's parameter, gradient and optimizer bytes, plus "
                      "the measured case's rest of the peak (activations, buffers) as it was")
-    lines.append("  every rank as fast as the measured one; no straggler, congestion or compute slowed by "
-                 "communication (docs/projection.md)")
+    lines.append("  every rank as fast as the measured one; no straggler or congestion (docs/projection.md)")
     for note in sorted({a for p in projections for a in p.assumptions}):
         lines.append("  " + note)
     return "\n".join(lines)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from projection import collectives
+from projection.slowdown import Slowdown, fit as fit_slowdown
 
 FIRST_BUCKET_BYTES = 1 << 20   # DDP's first bucket
 BUCKET_BYTES = 25 << 20        # DDP's bucket_cap_mb default
@@ -94,6 +95,7 @@ class Projection:
     from_case: str = ""
     memory_per_device_bytes: Optional[float] = None  # ddp, zero1, zero2, fsdp
     assumptions: List[str] = field(default_factory=list)
+    compute_slowdown: Optional[dict] = None  # ddp, zero1, zero2, fsdp: backward's slow-down (slowdown.py)
     # The band the links' efficiency ranges span: [fast, slow] step time, [slow, fast] throughput.
     step_ms_band: Optional[List[float]] = None
     samples_per_second_band: Optional[List[float]] = None
@@ -216,11 +218,12 @@ def _assumed_buckets(case):
 
 
 class Projector:
-    def __init__(self, network, scaling="weak"):
+    def __init__(self, network, scaling="weak", slowdown=Slowdown()):
         if scaling not in ("weak", "strong"):
             raise ValueError(f"scaling {scaling!r}")
         self.network = network
         self.scaling = scaling
+        self.slowdown = slowdown  # backward's, while collectives overlap it (ddp, zero1, zero2, fsdp)
 
     # What one rank's compute is multiplied by at world W, against the measured case.
     def _batch_scale(self, case, world):
@@ -235,6 +238,17 @@ class Projector:
 
     def _compute_scale(self, case, world):
         return self._batch_scale(case, world) * self._relative_contention(case, world)
+
+    def _backward_scale(self, case, world):
+        """_compute_scale of a backward that collectives overlap: slowed at world > 1, and a case
+        measured at world > 1 holds the slow-down already."""
+        s = self.slowdown.factor
+        return self._compute_scale(case, world) * (s if world > 1 else 1.0) / (s if case.world > 1 else 1.0)
+
+    def _with_slowdown(self, p):
+        p.compute_slowdown = self.slowdown.to_json()
+        p.assumptions.append(self.slowdown.describe())
+        return p
 
     def _comm_scale(self, case, world):
         return self._relative_contention(case, world) if self.network.transport_on_compute_cores else 1.0
@@ -257,7 +271,7 @@ class Projector:
         """The buckets' collectives one after another on one stream, each starting when its bucket is
         ready (scaled like backward) and the one before is done: (their time, what runs past the
         end of backward, their algorithms)."""
-        k = self._compute_scale(case, world)
+        k = self._backward_scale(case, world)
         clock, comm, algorithms = 0.0, 0.0, []
         for b in buckets:
             cost = collective(self.network, b.nbytes, world)
@@ -276,12 +290,12 @@ class Projector:
             buckets = _assumed_buckets(case)
             assumptions.append(f"no ddp timeline in {case.name}: {len(buckets)} bucket(s) of DDP's default caps "
                                f"assumed ready evenly through backward")
-        backward = case.phase("backward") * k
+        backward = case.phase("backward") * self._backward_scale(case, world)
         comm, exposed, algorithms = self._replay(case, world, buckets, collectives.allreduce)
         step = ((case.phase("data") + case.phase("forward")) * k + backward + exposed + case.phase("reduce")
                 + case.phase("optimizer") * self._relative_contention(case, world)
                 + case.phase("replicate") + case.phase("residual"))
-        return self._record(case, "ddp", world, step, comm, exposed, algorithms, assumptions)
+        return self._with_slowdown(self._record(case, "ddp", world, step, comm, exposed, algorithms, assumptions))
 
     def dp(self, case, world):
         nodes = collectives.nodes_for(world, self.network.devices_per_node)
@@ -327,7 +341,7 @@ class Projector:
     def _zero(self, case, world, strategy):
         k = self._compute_scale(case, world)
         buckets = _assumed_buckets(case)
-        backward = case.phase("backward") * k
+        backward = case.phase("backward") * self._backward_scale(case, world)
         comm, exposed, algorithms = self._replay(case, world, buckets, collectives.reduce_scatter)
         gather = collectives.all_gather(self.network, self._parameter_bytes(case), world)
         gather_s = gather.seconds * self._comm_scale(case, world)
@@ -341,7 +355,7 @@ class Projector:
         p.memory_per_device_bytes = memory_per_device(case, strategy, world)
         if memory_assumption(case, strategy):
             p.assumptions.append(memory_assumption(case, strategy))
-        return p
+        return self._with_slowdown(p)
 
     def zero1(self, case, world):
         return self._zero(case, world, "zero1")
@@ -391,7 +405,7 @@ class Projector:
 
         gather = collectives.all_gather(self.network, params, world)
         scatter = collectives.reduce_scatter(self.network, gradients, world)
-        forward, backward = case.phase("forward") * k, case.phase("backward") * k
+        forward, backward = case.phase("forward") * k, case.phase("backward") * self._backward_scale(case, world)
         fwd = [forward * s for s in units]  # the root's share of compute runs around the units
         bwd = [backward * s for s in units]
         # Forward: the root's gather and the first unit's are waited for; each next one hides behind
@@ -417,14 +431,18 @@ class Projector:
                 + case.phase("residual"))
         p = self._record(case, "fsdp", world, step, comm, exposed, [gather.algorithm, scatter.algorithm], assumptions)
         p.memory_per_device_bytes = memory_per_device(case, "fsdp", world)
-        return p
+        return self._with_slowdown(p)
 
     def project(self, case, strategy, world):
         p = self._project_point(case, strategy, world)
         if p.status == "projected":
             # The same projection with every link at the high and at the low end of its efficiency.
-            fast = Projector(self.network.at("high"), self.scaling)._project_point(case, strategy, world)
-            slow = Projector(self.network.at("low"), self.scaling)._project_point(case, strategy, world)
+            # The same projection with every link at the high end of its efficiency and the slow-down
+            # at its low end, and the other way round.
+            fast = Projector(self.network.at("high"), self.scaling, self.slowdown.at("low"))._project_point(
+                case, strategy, world)
+            slow = Projector(self.network.at("low"), self.scaling, self.slowdown.at("high"))._project_point(
+                case, strategy, world)
             p.step_ms_band = [fast.step_ms, slow.step_ms]
             p.samples_per_second_band = [slow.samples_per_second, fast.samples_per_second]
         return p
@@ -517,9 +535,10 @@ def project_file(doc, network, worlds, scaling="weak", strategies=None):
     cases = measured_cases(doc)
     if not cases:
         raise ProjectionError("no measured case (status ok, with phases) to project from")
-    projector = Projector(network, scaling)
     out = []
     for workload in dict.fromkeys(c.workload for c in cases):
+        # A target whose transport is not the hosts' own cores is taken for GPUs (presets, nccl-tests).
+        projector = Projector(network, scaling, fit_slowdown(doc, workload, not network.transport_on_compute_cores))
         for strategy in strategies:
             base = pick_base(cases, workload, strategy)
             if base is None:

@@ -11,7 +11,7 @@ import pytest
 
 from build_paths import BUILD, ROOT  # noqa: E402
 sys.path.insert(0, ROOT)
-from projection import cli, collectives, model, network  # noqa: E402
+from projection import cli, collectives, model, network, slowdown  # noqa: E402
 from reports import projection_file, results  # noqa: E402
 
 EXE = os.path.join(BUILD, "ddpbench")
@@ -398,6 +398,48 @@ def test_each_projection_has_a_band_from_the_links_efficiency_ranges():
     assert point.step_ms_band == [pytest.approx(point.step_ms)] * 2
 
 
+def slowdown_doc(single_backward_ms, ddp_backward_ms, world=2, cpus=2, kind="cpu", per_rank_batch=32):
+    """A results file's bones: single at world 1 and ddp at `world`, one iteration entry a repetition."""
+    def entry(strategy, w, backward):
+        return {"run_type": "iteration", "run_name": f"w/{strategy}/world:{w}",
+                "ddpbench": {"workload": "w", "strategy": strategy, "world_size": w, "status": "ok",
+                             "global_batch": per_rank_batch * w, "phases_ms": {"backward": backward}}}
+    return {"context": {"num_cpus": cpus, "ddpbench": {"settings": {"device_kind": kind, "threads_per_device": 1}}},
+            "benchmarks": [entry("single", 1, b) for b in single_backward_ms]
+            + [entry("ddp", world, b) for b in ddp_backward_ms]}
+
+
+def test_the_slowdown_is_fitted_from_single_and_ddp_each_repetition_against_its_own():
+    s = slowdown.fit(slowdown_doc([20, 20, 10], [22, 23, 10.5]), "w", target_on_gpus=False)
+    assert (s.factor, s.low, s.high) == (pytest.approx(1.1), pytest.approx(1.05), pytest.approx(1.15))
+    assert s.source.startswith("fitted: w/ddp/world:2's backward per sample against w/single/world:1's")
+    # Ranks beyond the measuring host's cores run slower whether or not they communicate: at world 2
+    # on one core, twice the backward is the cores, not the collectives.
+    assert slowdown.fit(slowdown_doc([20], [40], cpus=1), "w", False).factor == pytest.approx(1.0)
+    # Nothing to fit from, or measured on a CPU for a GPU cluster: the stated defaults, each with its source.
+    assert slowdown.fit(slowdown_doc([20], []), "w", False) == slowdown.CPU_DEFAULT
+    assert slowdown.fit(slowdown_doc([20], [22]), "w", True) == slowdown.GPU_DEFAULT
+    assert "PyTorch's DDP benchmark README" in slowdown.GPU_DEFAULT.source
+    assert slowdown.fit(slowdown_doc([20], [22], kind="cuda"), "w", True).factor == pytest.approx(1.1)
+
+
+def test_backward_is_slowed_at_world_above_one_and_a_case_measured_there_holds_it_already():
+    free = flat_network(intra_gbps=1e9, intra_us=0)  # communication costs nothing
+    slow = slowdown.Slowdown(1.1, 1.0, 1.2, "test")
+    single = case("single", 1)
+    p = model.Projector(free, "weak", slow).project(single, "ddp", 4)
+    assert p.step_ms == pytest.approx(1 + 10 + 20 * 1.1 + 5, rel=1e-6)
+    assert p.compute_slowdown == slow.to_json() and slow.describe() in p.assumptions
+    assert p.step_ms_band == [pytest.approx(1 + 10 + 20 + 5), pytest.approx(1 + 10 + 20 * 1.2 + 5)]
+    assert model.Projector(free, "weak", slow).project(single, "ddp", 1).step_ms == pytest.approx(36)
+    own = case("ddp", 2, buckets=[model.Bucket(100e6, 20e-3)])  # its backward was measured slowed
+    assert model.Projector(free, "weak", slow).project(own, "ddp", 4).step_ms == pytest.approx(36, rel=1e-6)
+    assert model.Projector(free, "weak", slow).project(own, "ddp", 1).step_ms == pytest.approx(
+        1 + 10 + 20 / 1.1 + 5, rel=1e-6)
+    hogwild = model.Projector(free, "weak", slow).project(single, "hogwild", 4)  # no collective in its backward
+    assert hogwild.compute_slowdown is None and hogwild.step_ms == pytest.approx(36)
+
+
 def test_the_fit_answer_says_when_the_band_cannot_rank_two_strategies():
     def proj(strategy, sps, gib, band):
         return model.Projection("w", strategy, 64, 8, "projected", samples_per_second=sps,
@@ -456,6 +498,9 @@ def test_the_command_projects_the_sharded_strategies_and_says_which_fit(sharded_
     assert "which fit" in r.stdout and "mlp at world 64: " in r.stdout
     for line in doc["fit"]:
         assert line in r.stdout
+    # A CPU file projected to GPUs: the GPU default slow-down, said, in the JSON too.
+    assert by[("ddp", 64)]["compute_slowdown"] == slowdown.GPU_DEFAULT.to_json()
+    assert "compute slowed by communication: backward x1.030" in r.stdout
     # fsdp's measured units and flags reach the projection: mlp's four layers, no root, as they ran.
     fsdp = model.pick_base(cases, "mlp", "fsdp")
     assert len(fsdp.unit_bytes) == 4 and not any(root for _, root in fsdp.unit_bytes)
