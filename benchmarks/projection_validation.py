@@ -2,10 +2,12 @@
 """ddpbench-project checked against measurement on this machine: predicted against measured step time.
 
 What is predicted, and from what:
-- world N = 2, 3, 4 of ddp and dp on CPU virtual devices (one host, Gloo over loopback);
+- world N = 2, 3, 4 of ddp, dp, zero1, zero2 and fsdp on CPU virtual devices (one host, Gloo over
+  loopback);
 - two "nodes" in network namespaces joined by a veth pair whose both ends are shaped with tc's
-  token bucket (tbf) to a bandwidth of our choosing, one ddp rank in each (world 2, torchrun-style);
-each from world-1 runs and a micro-benchmark only:
+  token bucket (tbf) to a bandwidth of our choosing, one rank of ddp, zero1, zero2 and fsdp in each
+  (world 2, torchrun-style);
+each from world-1 runs, a micro-benchmark and one calibration run only:
 - the network: alpha and bandwidth fitted to ddpbench-micro's Gloo all-reduce times (loopback), and
   for the namespaces the shaped rate as the link's bandwidth (what a datasheet would say);
 - compute: a world-1 run at the per-rank batch (global batch / N), projected with weak scaling to
@@ -13,7 +15,12 @@ each from world-1 runs and a micro-benchmark only:
   outnumber the cores, and the network description says so (compute_slots_per_node: the cores;
   Gloo over loopback is copied by those same cores, transport_on_compute_cores), so compute and
   communication are slowed in proportion. A GPU node has no such sharing; this is the part of the
-  model that only a CPU host exercises.
+  model that only a CPU host exercises;
+- compute slowed by communication (projection/slowdown.py): fitted from a calibration run of ddp at
+  world 2 (a run of its own, not the one a case is measured by) against the world-1 single run.
+Each case is predicted twice, by the model as it was before issue 48 (no slow-down; the links are
+fitted, so their efficiency is 1.0 either way) and as it is, with its band; the summary gives signed
+errors for both and how many measured times fell inside the band.
 
     /usr/bin/python3 benchmarks/projection_validation.py OUT_DIR [--workloads mlp,transformer]
         [--worlds 2,3,4] [--netns-mbit 1000,400] [--steps 30] [--repetitions 3] [--rounds 3]
@@ -35,8 +42,12 @@ from dataclasses import replace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from projection import model, network  # noqa: E402
+from projection import model, network, slowdown  # noqa: E402
 from reports import results, stats  # noqa: E402
+
+
+STRATEGIES = ("ddp", "dp", "zero1", "zero2", "fsdp")
+NETNS_STRATEGIES = ("ddp", "zero1", "zero2", "fsdp")  # dp is one process: it has no two-node form
 
 
 def run(cmd, **kw):
@@ -89,45 +100,60 @@ class Validation:
         return int(b["ddpbench"]["global_batch"])
 
     def base(self, workload, n, per_rank_batch, round_):
-        """A world-1 run of ddp and dp at the per-rank batch, alone on the machine (pinned to one core,
-        as ddpbench pins itself)."""
+        """A world-1 run of single and every projected strategy at the per-rank batch, alone on the
+        machine (pinned to one core, as ddpbench pins itself), and a calibration run of ddp at world 2
+        at the same per-rank batch: what the compute slow-down is fitted from."""
         path = os.path.join(self.out, f"{workload}-base-batch{per_rank_batch}-round{round_}.json")
-        run([self.exe, "--strategy", "ddp,dp", "--world-size", "1", "--batch", str(per_rank_batch), "--json", path]
-            + self.common(workload))
-        return path
+        run([self.exe, "--strategy", "single," + ",".join(STRATEGIES), "--world-size", "1", "--batch",
+             str(per_rank_batch), "--json", path] + self.common(workload))
+        calibration = os.path.join(self.out, f"{workload}-calibration-batch{per_rank_batch}-round{round_}.json")
+        run([self.exe, "--strategy", "ddp", "--world-size", "2", "--batch", str(2 * per_rank_batch), "--json",
+             calibration] + self.common(workload))
+        return path, calibration
 
-    def predict(self, base_path, strategy, world, net):
+    def predict(self, base, strategy, world, net):
+        """(the model before issue 48, the model now) for `strategy` at `world` on `net`."""
+        base_path, calibration_path = base
         doc = results.load(base_path)
         cases = [c for c in model.measured_cases(doc) if c.strategy == strategy]
-        projector = model.Projector(net, "weak")
-        return projector.project(cases[0], strategy, world)
+        fit_from = dict(doc, benchmarks=doc["benchmarks"] + results.load(calibration_path)["benchmarks"])
+        fitted = slowdown.fit(fit_from, cases[0].workload, target_on_gpus=False)
+        nominal = replace(net, intra=replace(net.intra, efficiency=1.0), inter=replace(net.inter, efficiency=1.0))
+        before = model.Projector(nominal, "weak").project(cases[0], strategy, world)
+        return before, model.Projector(net, "weak", fitted).project(cases[0], strategy, world)
 
-    def record(self, setting, workload, strategy, world, predicted, measured_path):
+    def record(self, setting, workload, strategy, world, predictions, measured_path):
         """One round's prediction and measurement of a case; write() takes the medians over rounds."""
+        before, predicted = predictions
         _, b = median_case(measured_path, strategy)
         key = (setting, workload, strategy, world)
         sample = self.samples.setdefault(key, {"predicted_ms": [], "measured_ms": [], "predicted_exposed_comm_ms": [],
-                                               "measured_exposed_comm_ms": [], "files": []})
+                                               "measured_exposed_comm_ms": [], "files": [], "before_ms": [],
+                                               "band_ms": [], "slowdown": []})
         sample["predicted_ms"].append(predicted.step_ms)
+        sample["before_ms"].append(before.step_ms)
+        sample["band_ms"].append(predicted.step_ms_band)
+        sample["slowdown"].append(predicted.compute_slowdown["factor"] if predicted.compute_slowdown else None)
         sample["measured_ms"].append(b["real_time"])
         if predicted.exposed_comm_ms is not None:
             sample["predicted_exposed_comm_ms"].append(predicted.exposed_comm_ms)
         if "comm_exposed" in b["ddpbench"]["phases_ms"]:
             sample["measured_exposed_comm_ms"].append(b["ddpbench"]["phases_ms"]["comm_exposed"])
         sample["files"].append(os.path.basename(measured_path))
-        print(f"{setting:<28} {workload}/{strategy} world {world}: predicted {predicted.step_ms:8.2f} ms, "
-              f"measured {b['real_time']:8.2f} ms, error {predicted.step_ms / b['real_time'] * 100 - 100:+6.1f}%",
-              flush=True)
+        print(f"{setting:<28} {workload}/{strategy} world {world}: predicted {predicted.step_ms:8.2f} ms "
+              f"(before {before.step_ms:8.2f}), measured {b['real_time']:8.2f} ms, "
+              f"error {predicted.step_ms / b['real_time'] * 100 - 100:+6.1f}% "
+              f"(before {before.step_ms / b['real_time'] * 100 - 100:+6.1f}%)", flush=True)
 
     def loopback_cases(self, workload, batch, round_):
         for n in self.args.worlds:
             per_rank = math.ceil(batch / n)
             base = self.base(workload, n, per_rank, round_)
             measured = os.path.join(self.out, f"{workload}-measured-n{n}-round{round_}.json")
-            run([self.exe, "--strategy", "ddp,dp", "--world-size", str(n), "--batch", str(batch), "--json", measured]
-                + self.common(workload))
+            run([self.exe, "--strategy", ",".join(STRATEGIES), "--world-size", str(n), "--batch", str(batch),
+                 "--json", measured] + self.common(workload))
             net = replace(self.loopback, devices_per_node=max(self.args.worlds), compute_slots_per_node=self.cores)
-            for strategy in ("ddp", "dp"):
+            for strategy in STRATEGIES:
                 self.record("one host, loopback", workload, strategy, n, self.predict(base, strategy, n, net),
                             measured)
             if n == 2:
@@ -172,8 +198,9 @@ class Validation:
                     # Two nodes have a core each: a rank alone in its namespace would pin itself to
                     # the first core, the other node's as well.
                     pin = ["taskset", "-c", str(sorted(os.sched_getaffinity(0))[rank % self.cores])]
-                    procs.append(subprocess.Popen(["ip", "netns", "exec", ns[rank]] + pin + [self.exe, "--strategy", "ddp",
-                                                   "--batch", str(batch)] + out + self.common(workload),
+                    procs.append(subprocess.Popen(["ip", "netns", "exec", ns[rank]] + pin
+                                                  + [self.exe, "--strategy", ",".join(NETNS_STRATEGIES),
+                                                     "--batch", str(batch)] + out + self.common(workload),
                                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
                 for p in list(procs):
                     _, err = p.communicate()
@@ -185,8 +212,9 @@ class Validation:
                                     f"tc tbf at {mbit} Mbit/s on both ends of the veth; alpha from the loopback fit")
                 net = network.Network(name=f"veth-{mbit}mbit", devices_per_node=1, intra=link, inter=link,
                                       nics_per_node=1, sources=[link.source])
-                self.record(f"two namespaces, {mbit} Mbit/s", workload, "ddp", 2,
-                            self.predict(self.base_for_two, "ddp", 2, net), measured)
+                for strategy in NETNS_STRATEGIES:
+                    self.record(f"two namespaces, {mbit} Mbit/s", workload, strategy, 2,
+                                self.predict(self.base_for_two, strategy, 2, net), measured)
         finally:
             for name in ns:
                 subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
@@ -200,6 +228,10 @@ class Validation:
                          "measured_ms": stats.median(x["measured_ms"]), "error": stats.median(round_errors),
                          "round_errors": round_errors,
                          "measured_ms_each_round": x["measured_ms"], "predicted_ms_each_round": x["predicted_ms"],
+                         "before_round_errors": [p / m - 1 for p, m in zip(x["before_ms"], x["measured_ms"])],
+                         "band_ms_each_round": x["band_ms"], "slowdown_each_round": x["slowdown"],
+                         "inside_band_rounds": sum(1 for band, m in zip(x["band_ms"], x["measured_ms"])
+                                                   if band and band[0] <= m <= band[1]),
                          "predicted_exposed_comm_ms": stats.median(x["predicted_exposed_comm_ms"])
                          if x["predicted_exposed_comm_ms"] else None,
                          "measured_exposed_comm_ms": stats.median(x["measured_exposed_comm_ms"])
@@ -218,6 +250,19 @@ class Validation:
                 p.wait()
 
 
+def signed_summary(errors):
+    """Signed errors of a set of cases: median, spread, how many low and how many high."""
+    if not errors:
+        return None
+    return {"median": stats.median(errors), "min": min(errors), "max": max(errors),
+            "low": sum(1 for e in errors if e < 0), "high": sum(1 for e in errors if e > 0), "cases": len(errors)}
+
+
+def _signed_text(name, s):
+    return (f"{name}: signed error median {s['median'] * 100:+.1f}% (from {s['min'] * 100:+.1f}% to "
+            f"{s['max'] * 100:+.1f}%), {s['low']} of {s['cases']} low and {s['high']} high")
+
+
 def write_outputs(out, doc):
     """validation.json and validation.md from the rows. A case's error is the median over rounds of
     each round's error: a round predicts from a base run made just before its measured run, so the
@@ -228,23 +273,38 @@ def write_outputs(out, doc):
     for r in rows:
         r["error"] = stats.median(r["round_errors"])
         r["error_of_medians"] = r["predicted_ms"] / r["measured_ms"] - 1
+        if r.get("before_round_errors"):
+            r["before_error"] = stats.median(r["before_round_errors"])
     errors = [abs(r["error"]) for r in rows]
     doc["summary"] = {"cases": len(rows), "median_abs_error": stats.median(errors) if errors else None,
                       "max_abs_error": max(errors) if errors else None,
                       "median_abs_error_of_medians": stats.median([abs(r["error_of_medians"]) for r in rows])
                       if rows else None,
-                      "under_predicted": sum(1 for r in rows if r["error"] < 0)}
+                      "under_predicted": sum(1 for r in rows if r["error"] < 0),
+                      "signed": signed_summary([r["error"] for r in rows]),
+                      "signed_before": signed_summary([r["before_error"] for r in rows if "before_error" in r]),
+                      "rounds_inside_band": sum(r.get("inside_band_rounds", 0) for r in rows),
+                      "rounds": sum(r["rounds"] for r in rows)}
+    for strategies, key in ((("ddp", "dp"), "signed_ddp_dp"), (("zero1", "zero2", "fsdp"), "signed_sharded")):
+        doc["summary"][key] = signed_summary([r["error"] for r in rows if r["strategy"] in strategies])
     with open(os.path.join(out, "validation.json"), "w") as f:
         json.dump(doc, f, indent=1)
-    lines = ["| setting | case | world | error (median of rounds) | error by round | predicted / measured ms "
-             "(medians) | exposed comm predicted / measured ms |", "|---|---|---:|---:|---|---:|---:|"]
+    lines = ["| setting | case | world | error (median of rounds) | before issue 48 | error by round | predicted / "
+             "measured ms (medians) | band ms (median round's) | exposed comm predicted / measured ms |",
+             "|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for r in rows:
         exposed = "-"
         if r["predicted_exposed_comm_ms"] is not None and r["measured_exposed_comm_ms"] is not None:
             exposed = f"{r['predicted_exposed_comm_ms']:.1f} / {r['measured_exposed_comm_ms']:.1f}"
         by_round = ", ".join(f"{e * 100:+.0f}%" for e in r["round_errors"])
+        before = f"{r['before_error'] * 100:+.1f}%" if "before_error" in r else "-"
+        bands = [b for b in r.get("band_ms_each_round") or [] if b]
+        band = "-"
+        if bands:
+            lo, hi = sorted(bands, key=lambda b: b[0] + b[1])[len(bands) // 2]
+            band = f"{lo:.1f}-{hi:.1f} ({r.get('inside_band_rounds', 0)}/{r['rounds']} in)"
         lines.append(f"| {r['setting']} | {r['workload']}/{r['strategy']} | {r['world']} | {r['error'] * 100:+.1f}% | "
-                     f"{by_round} | {r['predicted_ms']:.1f} / {r['measured_ms']:.1f} | {exposed} |")
+                     f"{before} | {by_round} | {r['predicted_ms']:.1f} / {r['measured_ms']:.1f} | {band} | {exposed} |")
     lines.append("")
     summary = doc["summary"]
     if errors:
@@ -253,6 +313,14 @@ def write_outputs(out, doc):
                      f"predicted low). A case's error is the median over its {rows[0]['rounds']} rounds of the "
                      f"round's error, a round being a base run and the measured run back to back; the error of "
                      f"the medians over all rounds would give {summary['median_abs_error_of_medians'] * 100:.1f}%.")
+        lines.append("")
+        for name, key in (("Now, every case", "signed"), ("Before issue 48, every case", "signed_before"),
+                          ("Now, ddp and dp", "signed_ddp_dp"), ("Now, zero1, zero2 and fsdp", "signed_sharded")):
+            if summary.get(key):
+                lines.append("- " + _signed_text(name, summary[key]))
+        if summary.get("rounds"):
+            lines.append(f"- Measured step inside the printed band in {summary['rounds_inside_band']} of "
+                         f"{summary['rounds']} rounds.")
     lines += doc["skipped"]
     with open(os.path.join(out, "validation.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
