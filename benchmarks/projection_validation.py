@@ -283,8 +283,9 @@ def write_outputs(out, doc):
                       "under_predicted": sum(1 for r in rows if r["error"] < 0),
                       "signed": signed_summary([r["error"] for r in rows]),
                       "signed_before": signed_summary([r["before_error"] for r in rows if "before_error" in r]),
+                      # Rows of a file from before the band have none: they count neither way.
                       "rounds_inside_band": sum(r.get("inside_band_rounds", 0) for r in rows),
-                      "rounds": sum(r["rounds"] for r in rows)}
+                      "rounds": sum(r["rounds"] for r in rows if r.get("band_ms_each_round"))}
     for strategies, key in ((("ddp", "dp"), "signed_ddp_dp"), (("zero1", "zero2", "fsdp"), "signed_sharded")):
         doc["summary"][key] = signed_summary([r["error"] for r in rows if r["strategy"] in strategies])
     with open(os.path.join(out, "validation.json"), "w") as f:
