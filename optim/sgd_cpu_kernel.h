@@ -3,8 +3,8 @@
 // fused SGD (before 2.4). The multi-tensor path makes three passes over the momentum buffer a step
 // (scale it, add the gradient, add it to the parameter); this reads the parameter, the gradient and
 // the buffer once and writes the parameter and the buffer once. The arithmetic is the multi-tensor
-// path's, in its order, element by element (tests/optim/test_optimizers.cpp holds both to
-// torch::optim::SGD).
+// path's, in its order, element by element (tests/optim/test_sgd_cpu_kernel.cpp holds it to
+// torch::optim::SGD on every LibTorch, tests/optim/test_optimizers.cpp make_sgd as built).
 #include <ATen/core/Tensor.h>
 
 #include <vector>

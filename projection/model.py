@@ -96,7 +96,8 @@ class Projection:
     memory_per_device_bytes: Optional[float] = None  # ddp, zero1, zero2, fsdp
     assumptions: List[str] = field(default_factory=list)
     compute_slowdown: Optional[dict] = None  # ddp, zero1, zero2, fsdp: backward's slow-down (slowdown.py)
-    # The band the links' efficiency ranges span: [fast, slow] step time, [slow, fast] throughput.
+    # The band that the links' efficiency ranges and the compute slow-down's range span: [fast, slow]
+    # step time, [slow, fast] throughput.
     step_ms_band: Optional[List[float]] = None
     samples_per_second_band: Optional[List[float]] = None
 
