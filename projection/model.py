@@ -246,6 +246,11 @@ class Projector:
         s = self.slowdown.factor
         return self._compute_scale(case, world) * (s if world > 1 else 1.0) / (s if case.world > 1 else 1.0)
 
+    def _outside_backward(self, case, world, sent):
+        """The compute outside backward that the collectives add at `world`, `sent(w)` being the
+        bytes a rank sends a step at world w; a case measured at world > 1 holds its own already."""
+        return self.slowdown.per_byte * (sent(world) - sent(case.world))
+
     def _with_slowdown(self, p):
         p.compute_slowdown = self.slowdown.to_json()
         p.assumptions.append(self.slowdown.describe())
@@ -293,9 +298,11 @@ class Projector:
                                f"assumed ready evenly through backward")
         backward = case.phase("backward") * self._backward_scale(case, world)
         comm, exposed, algorithms = self._replay(case, world, buckets, collectives.allreduce)
+        gradients = sum(b.nbytes for b in buckets)
         step = ((case.phase("data") + case.phase("forward")) * k + backward + exposed + case.phase("reduce")
                 + case.phase("optimizer") * self._relative_contention(case, world)
-                + case.phase("replicate") + case.phase("residual"))
+                + case.phase("replicate") + case.phase("residual")
+                + self._outside_backward(case, world, lambda w: 2 * (w - 1) / w * gradients))
         return self._with_slowdown(self._record(case, "ddp", world, step, comm, exposed, algorithms, assumptions))
 
     def dp(self, case, world):
@@ -347,8 +354,10 @@ class Projector:
         gather = collectives.all_gather(self.network, self._parameter_bytes(case), world)
         gather_s = gather.seconds * self._comm_scale(case, world)
         exposed += gather_s
+        moved = sum(b.nbytes for b in buckets) + self._parameter_bytes(case)
         step = ((case.phase("data") + case.phase("forward")) * k + backward + exposed
-                + self._sharded_optimizer(case, world) + case.phase("residual"))
+                + self._sharded_optimizer(case, world) + case.phase("residual")
+                + self._outside_backward(case, world, lambda w: (w - 1) / w * moved))
         assumptions = [f"{strategy}: {len(buckets)} gradient bucket(s) of DDP's default caps reduce-scattered as "
                        f"backward makes them; the parameters all-gathered after the step, exposed"]
         p = self._record(case, strategy, world, step, comm + gather_s, exposed, algorithms + [gather.algorithm],
@@ -428,8 +437,11 @@ class Projector:
             backward_exposed = sum(again) + sum(rs(s) for s in order) + rs(root)
         exposed = forward_exposed + backward_exposed
         comm = ag(root) + sum(ag(s) for s in units) + sum(again) + sum(rs(s) for s in units) + rs(root)
+        # Bytes through the ring a step: every unit's parameters gathered (twice when resharded, the
+        # root once) and every gradient reduce-scattered.
+        moved = params * (root + sum(units) * (2 if reshard else 1)) + gradients
         step = (case.phase("data") * k + forward + backward + exposed + self._sharded_optimizer(case, world)
-                + case.phase("residual"))
+                + case.phase("residual") + self._outside_backward(case, world, lambda w: (w - 1) / w * moved))
         p = self._record(case, "fsdp", world, step, comm, exposed, [gather.algorithm, scatter.algorithm], assumptions)
         p.memory_per_device_bytes = memory_per_device(case, "fsdp", world)
         return self._with_slowdown(p)

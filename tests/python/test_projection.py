@@ -677,3 +677,59 @@ def test_an_efficiency_above_100_percent_is_marked_and_explained_on_its_line():
     assert "95.0% " in table[2] and "110.4%*" in table[3] and "102.0%*" in table[4]
     assert "* w/zero1 at world 8: efficiency 110.4%, above 100% because each rank's optimizer steps 1/8" in text
     assert "* w/ddp at world 8: efficiency 102.0%, above 100% because its projected step at world 8 is shorter" in text
+
+
+def outside_doc(reference_ms, ddp_ms, sent=10e6, world=2, cpus=2, per_rank_batch=32):
+    """single and ddp alone, and ddp at `world`, one repetition each: phases outside backward."""
+    def entry(strategy, w, phases, comm=None):
+        f = {"workload": "w", "strategy": strategy, "world_size": w, "status": "ok",
+             "global_batch": per_rank_batch * w, "phases_ms": dict(phases, backward=20.0)}
+        if comm:
+            f["comm"] = {"bytes_sent_per_step": comm}
+        return {"run_type": "iteration", "run_name": f"w/{strategy}/world:{w}", "ddpbench": f}
+    return {"context": {"num_cpus": cpus, "ddpbench": {"settings": {"device_kind": "cpu", "threads_per_device": 1}}},
+            "benchmarks": [entry("single", 1, {"forward": 100.0}), entry("ddp", 1, reference_ms),
+                           entry("ddp", world, ddp_ms, sent)]}
+
+
+def test_compute_outside_backward_slowed_by_the_bytes_sent_is_fitted_against_ddp_alone():
+    # ddp at world 2 spends 3 ms more in forward, 2 ms more in its optimizer and copies than ddp
+    # alone (not single, which has no copies), over the 10 MB it sent: 0.5 ms a MB.
+    s = slowdown.fit(outside_doc({"forward": 10.0, "optimizer": 5.0, "reduce": 1.0},
+                                 {"forward": 13.0, "optimizer": 6.0, "reduce": 2.0, "comm_exposed": 50.0}),
+                     "w", target_on_gpus=False)
+    assert s.per_byte == pytest.approx(0.5e-3 / 1e6)
+    assert s.to_json()["outside_backward_ms_per_mb"] == pytest.approx(0.5)
+    assert "0.500 ms" in s.describe() and "against w/ddp/world:1's over the bytes it sent" in s.source
+    # Forward per sample: ddp at world 2 with 64 rows a rank, 20 ms, against ddp alone with 32 rows
+    # in 10 ms is no slower, and 24 ms is 4 ms slower.
+    doc = outside_doc({"forward": 10.0}, {"forward": 20.0})
+    doc["benchmarks"][2]["ddpbench"]["global_batch"] = 128
+    assert slowdown.fit(doc, "w", False).per_byte == pytest.approx(0.0)
+    doc["benchmarks"][2]["ddpbench"]["phases_ms"]["forward"] = 24.0
+    assert slowdown.fit(doc, "w", False).per_byte == pytest.approx(4e-3 / 10e6)
+    # At world 2 on one core, the cores explain twice the time, not the collectives.
+    assert slowdown.fit(outside_doc({"forward": 10.0}, {"forward": 20.0}, cpus=1), "w", False).per_byte == 0.0
+    # Its range goes into the band's ends.
+    wide = slowdown.Slowdown(1.0, 1.0, 1.0, "test", 1e-9, 0.5e-9, 2e-9)
+    assert (wide.at("low").per_byte, wide.at("high").per_byte) == (0.5e-9, 2e-9)
+
+
+def test_every_collective_strategy_pays_for_its_bytes_outside_backward():
+    free = flat_network(intra_gbps=1e9, intra_us=0)  # communication itself costs nothing
+    per_byte = slowdown.Slowdown(1.0, 1.0, 1.0, "test", 1e-9, 1e-9, 1e-9)  # 1 ms a MB
+    c = case("ddp", 1, gradient_bytes=100e6, buckets=[model.Bucket(100e6, 20e-3)])
+    # ddp at world 4 sends 2 * 3/4 of its 100 MB of gradients: 150 ms more.
+    assert model.Projector(free, "weak", per_byte).project(c, "ddp", 4).step_ms == pytest.approx(36 + 150, rel=1e-6)
+    assert model.Projector(free, "weak", per_byte).project(c, "ddp", 1).step_ms == pytest.approx(36, rel=1e-6)
+    # A case measured at world 2 holds its own 100 MB already: world 4 adds 50 MB's worth.
+    own = case("ddp", 2, gradient_bytes=100e6, buckets=[model.Bucket(100e6, 20e-3)])
+    assert model.Projector(free, "weak", per_byte).project(own, "ddp", 4).step_ms == pytest.approx(
+        36 + 50, rel=1e-6)
+    # zero1 at world 2: half its gradients reduce-scattered and half its parameters gathered.
+    z = case("zero1", 1, gradient_bytes=100e6)
+    without = model.Projector(free, "weak").project(z, "zero1", 2).step_ms
+    assert model.Projector(free, "weak", per_byte).project(z, "zero1", 2).step_ms == pytest.approx(
+        without + 100, rel=1e-6)
+    # hogwild and dp move nothing through a network.
+    assert model.Projector(free, "weak", per_byte).project(c, "hogwild", 4).step_ms == pytest.approx(36)
