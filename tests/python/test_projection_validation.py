@@ -43,3 +43,17 @@ def test_a_file_from_before_the_band_renders_without_it(tmp_path):
     pv.write_outputs(str(tmp_path), {"rows": [row("ddp", [-0.1, -0.2, -0.15])], "skipped": []})
     text = (tmp_path / "validation.md").read_text()
     assert "| mlp/ddp | 2 | -15.0% | - |" in text and "inside the printed band" not in text
+
+
+def test_the_namespace_cases_are_summed_apart_as_issue_48_judges_them(tmp_path):
+    netns = dict(row("zero1", [0.02, -0.01, 0.0], bands=[(95, 105), (99, 101), (101, 103)]),
+                 setting="two namespaces, 400 Mbit/s")
+    doc = {"rows": [row("ddp", [-0.3, -0.3, -0.3], bands=[(60, 70)] * 3), netns], "skipped": []}
+    pv.write_outputs(str(tmp_path), doc)
+    s = json.load(open(tmp_path / "validation.json"))["summary"]
+    assert s["signed_netns"] == {"median": 0.0, "min": 0.0, "max": 0.0, "low": 0, "high": 0, "cases": 1}
+    assert (s["netns_rounds_inside_band"], s["netns_rounds"]) == (2, 3)
+    assert s["signed"]["cases"] == 2
+    text = (tmp_path / "validation.md").read_text()
+    assert "- Over the two namespaces, inside the band in 2 of 3 rounds." in text
+    assert "- Now, ddp, zero1, zero2 and fsdp over the two namespaces: signed error median +0.0%" in text
