@@ -2,7 +2,9 @@
 
 network.py     links and machines as data: presets with their sources, files, fits to measured all-reduce times
 collectives.py the cost of an all-reduce, broadcast or reduce under an alpha-beta model (ring and tree, NCCL's way)
+slowdown.py    compute slowed by communication: backward's factor and the CPU's cost per byte sent, fitted or stated
 model.py       per-strategy step time from one measured case: ddp replays the measured bucket timeline
+answers.py     which strategies fit a device's memory, the fastest of them, and when the band cannot rank two
 cli.py         scripts/ddpbench-project: table, JSON and chart
 
 docs/projection.md gives the model, its assumptions and where it is known to be wrong.

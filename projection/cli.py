@@ -19,7 +19,7 @@ import math
 import os
 import sys
 
-from projection import model, network
+from projection import answers, model, network
 from reports import files, projection_file, results
 from reports.args import EXIT_BAD_INPUT, OneLineParser
 SCHEMA_VERSION = projection_file.SCHEMA_VERSION  # what the report reads back (reports/projection_file.py)
@@ -82,7 +82,7 @@ def format_table(projections, net, scaling, source):
             continue
         eff = None if p.scaling_efficiency is None else p.scaling_efficiency * 100
         mark = "%*" if eff is not None and eff > 100 else "% "  # *: explained under the table
-        mem = "-" if p.memory_per_device_bytes is None else model.format_bytes(p.memory_per_device_bytes)
+        mem = "-" if p.memory_per_device_bytes is None else answers.format_bytes(p.memory_per_device_bytes)
         band = "-" if not p.step_ms_band else f"{p.step_ms_band[0]:.3f}-{p.step_ms_band[1]:.3f}"
         lines.append(f"{name:<28} {p.world:>6} {p.nodes:>5} {p.step_ms:>10.3f} {band:>19} {p.samples_per_second:>12.4g} "
                      f"{_fmt(eff, '.1f', 8)}{mark}{_fmt(p.comm_ms, '.3f', 9)} {_fmt(p.exposed_comm_ms, '.3f', 9)} "
@@ -111,7 +111,7 @@ def to_json(projections, net, scaling, source, worlds, device_memory=None):
     return {"ddpbench_projection": SCHEMA_VERSION, "source": source, "worlds": worlds, "scaling": scaling,
             "network": net.to_json(), "network_sources": net.sources, "assumptions_text": net.describe(),
             "device_memory_bytes": device_memory,
-            "fit": model.fit_answers(projections, device_memory) if device_memory else [],
+            "fit": answers.fit_answers(projections, device_memory) if device_memory else [],
             "projections": [p.to_json() for p in projections]}
 
 
@@ -180,9 +180,9 @@ def main(argv=None):
         return EXIT_BAD_INPUT
     print(format_table(projections, net, args.scaling, args.results))
     if args.device_memory:
-        answers = model.fit_answers(projections, args.device_memory)
+        fits = answers.fit_answers(projections, args.device_memory)
         print("\nwhich fit (memory projected for ddp, zero1, zero2, fsdp):")
-        print("\n".join("  " + a for a in answers) if answers else
+        print("\n".join("  " + a for a in fits) if fits else
               "  cannot tell: no projected case has its memory split by kind in the file")
     flag, path = "--json", args.json_out
     try:

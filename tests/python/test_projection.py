@@ -11,7 +11,7 @@ import pytest
 
 from build_paths import BUILD, ROOT  # noqa: E402
 sys.path.insert(0, ROOT)
-from projection import cli, collectives, model, network, slowdown  # noqa: E402
+from projection import answers, cli, collectives, model, network, slowdown  # noqa: E402
 from reports import projection_file, results  # noqa: E402
 
 EXE = os.path.join(BUILD, "ddpbench")
@@ -445,10 +445,10 @@ def test_the_fit_answer_says_when_the_band_cannot_rank_two_strategies():
         return model.Projection("w", strategy, 64, 8, "projected", samples_per_second=sps,
                                 memory_per_device_bytes=gib * 2 ** 30, samples_per_second_band=band)
     rows = [proj("zero2", 100, 50, [90, 110]), proj("fsdp", 95, 20, [85, 104]), proj("zero1", 60, 70, [55, 65])]
-    [line] = model.fit_answers(rows, 80 * 2 ** 30)
+    [line] = answers.fit_answers(rows, 80 * 2 ** 30)
     assert line.endswith("; zero2 or fsdp: within the projection's band of each other, the ranking cannot be told")
     rows[1].samples_per_second_band = [80, 88]  # apart: zero2 is faster whatever the links reach
-    [line] = model.fit_answers(rows, 80 * 2 ** 30)
+    [line] = answers.fit_answers(rows, 80 * 2 ** 30)
     assert "cannot be told" not in line
 
 
@@ -458,11 +458,11 @@ def test_the_fit_answer_names_the_fastest_strategy_that_fits_and_what_does_not()
                                 memory_per_device_bytes=gib * 2 ** 30)
     rows = [proj("ddp", 100, 90), proj("zero1", 95, 70), proj("zero2", 90, 50), proj("fsdp", 60, 20),
             model.Projection("w", "dp", 64, 8, "refused", reason="one node")]
-    [line] = model.fit_answers(rows, 80 * 2 ** 30)
+    [line] = answers.fit_answers(rows, 80 * 2 ** 30)
     assert line.startswith("w at world 64: fastest that fits in 80 GiB a device: zero1 (95 samples/s, 70 GiB)")
     assert "also fit: zero2 (50 GiB) at 0.95x, fsdp (20 GiB) at 0.63x" in line
     assert line.endswith("do not fit: ddp (90 GiB)")
-    [none] = model.fit_answers(rows, 10 * 2 ** 30)
+    [none] = answers.fit_answers(rows, 10 * 2 ** 30)
     assert none == "w at world 64: nothing fits in 10 GiB a device; the least: fsdp (20 GiB)"
 
 
