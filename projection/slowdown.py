@@ -131,25 +131,26 @@ def fit(doc, workload, target_on_gpus):
     if ("single", 1) not in names or not ddp_worlds:
         return default
     world = ddp_worlds[0]
+    # What the measuring host's shared cores explain at `world`, whether or not the ranks communicate.
+    contention = _host_contention(doc, world) / _host_contention(doc, 1)
+    ddp_repetitions = _repetitions(doc, names[("ddp", world)])
     alone = [_backward_per_sample(b) for b in _repetitions(doc, names[("single", 1)])]
-    shared = [_backward_per_sample(b) for b in _repetitions(doc, names[("ddp", world)])]
-    ratios = [s / a / (_host_contention(doc, world) / _host_contention(doc, 1))
-              for a, s in zip(alone, shared) if a and s]
+    shared = [_backward_per_sample(b) for b in ddp_repetitions]
+    ratios = [s / a / contention for a, s in zip(alone, shared) if a and s]
     if not ratios:
         return default
     factor = statistics.median(ratios)
     # Outside backward: ddp at `world` against ddp alone (its bucket copies are in both), or single
-    # alone, over the bytes a rank sent, less what the host's shared cores explain.
+    # alone, over the bytes a rank sent.
     reference = ("ddp", 1) if ("ddp", 1) in names else ("single", 1)
     per_byte = []
-    for a, s in zip(_repetitions(doc, names[reference]), _repetitions(doc, names[("ddp", world)])):
+    for a, s in zip(_repetitions(doc, names[reference]), ddp_repetitions):
         sent = (s["ddpbench"].get("comm") or {}).get("bytes_sent_per_step")
         per_rank = s["ddpbench"]["global_batch"] / world if s["ddpbench"].get("global_batch") else None
-        alone = _outside_backward_ms(a, per_rank) if per_rank else None
-        shared = _outside_backward_ms(s, per_rank) if per_rank else None
-        if sent and alone is not None and shared is not None:
-            contention = _host_contention(doc, world) / _host_contention(doc, 1)
-            per_byte.append(max(0.0, shared / contention - alone) * 1e-3 / sent)
+        outside_alone = _outside_backward_ms(a, per_rank) if per_rank else None
+        outside_shared = _outside_backward_ms(s, per_rank) if per_rank else None
+        if sent and outside_alone is not None and outside_shared is not None:
+            per_byte.append(max(0.0, outside_shared / contention - outside_alone) * 1e-3 / sent)
     outside = statistics.median(per_byte) if per_byte else 0.0
     return Slowdown(factor, min(ratios + [factor]), max(ratios + [factor]),
                     f"fitted: {workload}/ddp/world:{world}'s backward per sample against {workload}/single/world:1's, "
