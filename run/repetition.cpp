@@ -75,7 +75,16 @@ RepetitionRecord measure_repetition(CaseBuilder& builder, StepListener& listener
   const std::string fault = rank_fault(group, index);
   const bool case_hangs = should_hang(name);
   const bool hang = case_hangs || fault == "hang";
-  auto one_step = [&] {
+  auto fetch = [&] {
+    // Batches live in host memory, except those gathered from a dataset on the device.
+    CpuMemoryCounter::DeviceScope host(on_device ? 0 : CpuMemoryCounter::kHost);
+    return prefetcher ? prefetcher->next() : loader.next();
+  };
+  // The next step's batch when the strategy asked for it during this step (it handed it out ahead).
+  std::optional<Batch> fetched_ahead;
+  // `last_of_section`: the last warm-up or the last measured step, after which nothing is handed out
+  // ahead (the sections are apart: statistics reset and the trace starts between them).
+  auto one_step = [&](bool last_of_section) {
     if (stop_requested()) throw StopRequested();
     const auto began = std::chrono::steady_clock::now();
     listener.on_step_activity();
@@ -83,11 +92,19 @@ RepetitionRecord measure_repetition(CaseBuilder& builder, StepListener& listener
     Batch batch;
     {
       auto scope = phases.scope(Phase::Data);
-      // Batches live in host memory, except those gathered from a dataset on the device.
-      CpuMemoryCounter::DeviceScope host(on_device ? 0 : CpuMemoryCounter::kHost);
-      batch = prefetcher ? prefetcher->next() : loader.next();
+      if (fetched_ahead) {
+        batch = std::move(*fetched_ahead);
+        fetched_ahead.reset();
+      } else {
+        batch = fetch();
+      }
     }
-    loss = strategy->step(batch, phases);
+    const NextBatch next = [&]() -> std::optional<Batch> {
+      if (last_of_section) return std::nullopt;
+      if (!fetched_ahead) fetched_ahead = fetch();
+      return fetched_ahead;
+    };
+    loss = strategy->step(batch, phases, next);
     if (group == nullptr) {
       synchronize(devices, spec.world_size);
     } else if (devices.is_cuda()) {
@@ -100,7 +117,7 @@ RepetitionRecord measure_repetition(CaseBuilder& builder, StepListener& listener
   };
 
   for (int i = 0; i < options.warmup; ++i) {
-    one_step();
+    one_step(/*last_of_section=*/i + 1 == options.warmup);
     listener.on_step_finished();
     listener.on_progress(name, "warm-up", i + 1, options.warmup);
   }
@@ -123,7 +140,7 @@ RepetitionRecord measure_repetition(CaseBuilder& builder, StepListener& listener
     if (case_hangs) announce_injected_hang(name);
     while (hang) std::this_thread::sleep_for(std::chrono::seconds(1));  // injected fault
     if (fault == "kill") raise(SIGKILL);                                 // injected fault
-    one_step();
+    one_step(/*last_of_section=*/i + 1 == options.steps);
     const auto stop = std::chrono::steady_clock::now();
     listener.on_step_finished();
     rep.step_seconds.push_back(std::chrono::duration<double>(stop - start).count());

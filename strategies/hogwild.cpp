@@ -139,14 +139,29 @@ class HogwildStrategy final : public Strategy {
   }
 
   torch::Tensor step_processes(const Batch& batch, PhaseRecorder& phases) {
-    {
+    const bool tracing = phases.trace() != nullptr;
+    if (sent_ahead_) {
+      // Handed out during the last step; the harness gives each step the batch it looked ahead to.
+      if (!batch.inputs.is_same(*sent_ahead_)) {
+        throw std::logic_error("hogwild: the step's batch is not the one sent ahead to the workers");
+      }
+      sent_ahead_.reset();
+    } else {
       // Copying the batch into the shared buffer and handing out the rows: this mode's scatter.
       auto scope = phases.scope(Phase::Scatter);
-      processes_->send(batch, phases.trace() ? std::optional<std::int64_t>(phases.step_index()) : std::nullopt);
+      processes_->send(batch, tracing ? std::optional<std::int64_t>(phases.step_index()) : std::nullopt);
+    }
+    const auto sent = std::chrono::steady_clock::now();
+    // The next step's batch, handed out now: each worker goes on to it as soon as this update is
+    // done, instead of waiting for the slowest worker, this step's end, the harness and the next
+    // copy (as the workers of PyTorch's recipe run on without a barrier). The copy runs while the
+    // workers update, so it is not a phase of its own: its cost, if any, shows in theirs.
+    if (std::optional<Batch> next = next_batch()) {
+      processes_->send(*next, tracing ? std::optional<std::int64_t>(phases.step_index() + 1) : std::nullopt);
+      sent_ahead_ = next->inputs;
     }
     // Worker 0's phases as it timed them; the rest of the wait (pipes, wake-ups, a slower worker)
     // is worker_wait.
-    const auto sent = std::chrono::steady_clock::now();
     const HogwildProcessesStep result = processes_->wait();
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
     add_worker_phases(phases, result.worker0_phases, waited);
@@ -213,6 +228,7 @@ class HogwildStrategy final : public Strategy {
   std::unique_ptr<DeviceWorkers> threads_;
   std::vector<std::int64_t> staleness_;  // of every update that wrote, since the last reset
   std::vector<std::int64_t> peak_rss_;   // processes mode: each worker process's peak
+  std::optional<torch::Tensor> sent_ahead_;  // processes mode: the inputs of the next step's batch, already sent
 };
 
 }  // namespace

@@ -37,6 +37,10 @@ constexpr const char* kParentVariable = "DDPBENCH_HOGWILD_PARENT";
 
 std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 
+// The batch buffer holds this many global batches: the parent may copy in the next step's while the
+// workers still read this one's (a step sent ahead, HogwildProcesses::send).
+constexpr std::int64_t kBatchSlots = 2;
+
 }  // namespace
 
 // Outside the anonymous namespace because ControlBlock (declared in the header) holds two.
@@ -192,8 +196,8 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
     }
   }
   const Dataset sample = config_.workload->make_dataset(1, config_.seed);
-  const BatchSlot inputs = batch_slot(sample.inputs, config_.global_batch, offset);
-  const BatchSlot targets = batch_slot(sample.targets, config_.global_batch, offset);
+  const BatchSlot inputs = batch_slot(sample.inputs, kBatchSlots * config_.global_batch, offset);
+  const BatchSlot targets = batch_slot(sample.targets, kBatchSlots * config_.global_batch, offset);
 
   try {
     region_ = SharedMemoryRegion::create(offset, "ddpbench-hogwild");
@@ -383,19 +387,27 @@ void HogwildProcesses::send(const Batch& batch, std::optional<std::int64_t> trac
   if (rows > config_.global_batch || batch.targets.size(0) != rows) {
     throw CaseFailure("hogwild processes mode: a batch larger than the global batch");
   }
+  // Every step in flight has a slot of its own: the one this step takes was last read by a step
+  // whose replies are all in.
+  if (in_flight_.size() >= static_cast<std::size_t>(kBatchSlots)) {
+    throw std::logic_error("hogwild processes mode: a step sent while " + std::to_string(kBatchSlots) +
+                           " wait for their replies");
+  }
+  const std::int64_t slot_begin = (next_step_ % kBatchSlots) * config_.global_batch;
   {
     torch::NoGradGuard no_grad;
-    batch_at(region_.data(), control_->inputs).narrow(0, 0, rows).copy_(batch.inputs);
-    batch_at(region_.data(), control_->targets).narrow(0, 0, rows).copy_(batch.targets);
+    batch_at(region_.data(), control_->inputs).narrow(0, slot_begin, rows).copy_(batch.inputs);
+    batch_at(region_.data(), control_->targets).narrow(0, slot_begin, rows).copy_(batch.targets);
   }
   // Even shards, the first rows % workers one row larger (as torch.chunk would not: no empty shard).
   const std::int64_t n = static_cast<std::int64_t>(workers_.size());
-  shard_rows_.assign(workers_.size(), 0);
-  rows_ = rows;
-  std::int64_t begin = 0;
+  InFlight step;
+  step.rows = rows;
+  step.shard_rows.assign(workers_.size(), 0);
+  std::int64_t begin = slot_begin;
   for (std::int64_t i = 0; i < n; ++i) {
-    shard_rows_[static_cast<std::size_t>(i)] = rows / n + (i < rows % n ? 1 : 0);
-    const Command command{next_step_, begin, shard_rows_[static_cast<std::size_t>(i)], trace_step.value_or(-1)};
+    step.shard_rows[static_cast<std::size_t>(i)] = rows / n + (i < rows % n ? 1 : 0);
+    const Command command{next_step_, begin, step.shard_rows[static_cast<std::size_t>(i)], trace_step.value_or(-1)};
     begin += command.rows;
     if (!write_exactly(workers_[static_cast<std::size_t>(i)].command_fd, &command, sizeof(command))) {
       int status = 0;
@@ -405,16 +417,21 @@ void HogwildProcesses::send(const Batch& batch, std::optional<std::int64_t> trac
       fail(static_cast<int>(i), exit_text(status, oom_kills_before_, oom_kill_count()));
     }
   }
+  in_flight_.push_back(std::move(step));
   ++next_step_;
 }
 
 HogwildProcessesStep HogwildProcesses::wait() {
+  if (in_flight_.empty()) throw std::logic_error("hogwild processes mode: waiting for a step never sent");
+  // Each worker answers its commands in order, so the next reply of each is the oldest step's.
+  const InFlight step = std::move(in_flight_.front());
+  in_flight_.pop_front();
   HogwildProcessesStep out;
   out.peak_rss_bytes.resize(workers_.size());
   out.worker_traces.resize(workers_.size());
   double weighted_loss = 0;
   collect("update", [&](int i, const Reply& reply) {
-    weighted_loss += reply.loss * static_cast<double>(shard_rows_[static_cast<std::size_t>(i)]);
+    weighted_loss += reply.loss * static_cast<double>(step.shard_rows[static_cast<std::size_t>(i)]);
     if (reply.wrote) out.staleness.push_back(reply.staleness);
     out.peak_rss_bytes[static_cast<std::size_t>(i)] = reply.peak_rss_bytes;
     out.worker_traces[static_cast<std::size_t>(i)].assign(reply.trace, strnlen(reply.trace, sizeof(reply.trace)));
@@ -424,7 +441,7 @@ HogwildProcessesStep HogwildProcesses::wait() {
       out.worker0_phases[static_cast<int>(Phase::Optimizer)] = reply.optimizer_seconds;
     }
   });
-  out.loss = weighted_loss / static_cast<double>(rows_);
+  out.loss = weighted_loss / static_cast<double>(step.rows);
   return out;
 }
 

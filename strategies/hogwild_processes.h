@@ -10,10 +10,15 @@
 // it ended; a worker that hangs fails the step after the timeout. Either way every worker left is
 // killed and reaped. Workers die with the parent (PR_SET_PDEATHSIG), and the shared object has no
 // name after its creation (SharedMemoryRegion), so nothing outlives a run, however it ends.
+//
+// The batch buffer has two slots, so a step can be sent before the last one's replies are in: the
+// workers then go from one update to the next without waiting for the parent (hogwild.cpp sends
+// the harness's next batch ahead, within a section of the run).
 #include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <cstdint>
 #include <optional>
@@ -62,9 +67,11 @@ class HogwildProcesses {
   HogwildProcesses& operator=(const HogwildProcesses&) = delete;
 
   // One update by every worker on its rows of `batch`, in two halves: send() copies the batch into
-  // the shared buffer and hands out the rows, wait() collects every worker's reply. Both throw
-  // CaseFailure naming a failed worker. With `trace_step`, the workers record the update's step and
-  // phase ranges under that step number and send them back.
+  // a free slot of the shared buffer and hands out the rows, wait() collects every worker's reply to
+  // the oldest step sent. Two steps may be in flight (send, send, wait, send, wait, ...); a third
+  // send before a wait is a logic error. Both throw CaseFailure naming a failed worker. With
+  // `trace_step`, the workers record the update's step and phase ranges under that step number and
+  // send them back.
   void send(const Batch& batch, std::optional<std::int64_t> trace_step = std::nullopt);
   HogwildProcessesStep wait();
 
@@ -89,8 +96,11 @@ class HogwildProcesses {
   struct ControlBlock* control_ = nullptr;
   std::vector<Worker> workers_;
   std::int64_t next_step_ = 0;
-  std::vector<std::int64_t> shard_rows_;  // of the step in flight
-  std::int64_t rows_ = 0;
+  struct InFlight {
+    std::vector<std::int64_t> shard_rows;  // each worker's
+    std::int64_t rows = 0;
+  };
+  std::deque<InFlight> in_flight_;  // sent, replies not yet collected; oldest first
   // The kernel's OOM-kill count as the workers started: a worker killed by SIGKILL is named the
   // OOM killer's when it rose since.
   std::optional<long long> oom_kills_before_;

@@ -26,6 +26,16 @@ void Strategy::setup(const StrategySetup& setup) {
   do_setup(noted);
 }
 
+torch::Tensor Strategy::step(const Batch& batch, PhaseRecorder& phases, const NextBatch& next) {
+  // Only for the length of this step: a strategy cannot keep asking after it returns.
+  struct Reset {
+    const NextBatch*& slot;
+    ~Reset() { slot = nullptr; }
+  } reset{next_batch_};
+  next_batch_ = &next;
+  return do_step(batch, phases);
+}
+
 HeldTensors Strategy::held_tensors() {
   HeldTensors held;
   held.parameters = do_held_parameters();

@@ -22,6 +22,9 @@ namespace ddpbench {
 
 class ProcessGroupContext;
 
+// The batch of the step after the current one, or nothing (Strategy::step).
+using NextBatch = std::function<std::optional<Batch>()>;
+
 // Flags that shape one strategy's mechanics (the ones not every strategy shares).
 struct DdpOptions {
   double bucket_mb = 25;             // --bucket-mb (zero1 and zero2 bucket by it too)
@@ -170,7 +173,12 @@ class Strategy {
   // and freeing large gradients is not left out of every phase. So they are held between steps, where
   // held_tensors() counts them, and not through the next forward; what a strategy's communication keeps (ddp's buckets, zero1's full
   // gradient buffers) lives on, as in PyTorch's DDP.
-  torch::Tensor step(const Batch& batch, PhaseRecorder& phases) { return do_step(batch, phases); }
+  //
+  // `next`, where the caller can say, gives the batch of the step after this one in the same section
+  // of the run (warm-up or measured steps), or nothing after its last: a strategy that hands batches
+  // to workers ahead of time asks for it (next_batch()), and the caller's next step is given the
+  // same batch. Without it (the parity pass, tests), next_batch() is always nothing.
+  torch::Tensor step(const Batch& batch, PhaseRecorder& phases, const NextBatch& next = nullptr);
   // The trained parameters as one model would hold them, for the parity check against `single`.
   std::vector<torch::Tensor> trained_parameters() { return do_trained_parameters(); }
   // Communication since the last reset (strategies that all-reduce), or nothing.
@@ -202,8 +210,12 @@ class Strategy {
   // The parameters it holds between steps, for held_tensors(): the trained ones by default; fsdp's
   // trained parameters are gathered for the parity check, and between steps it holds only chunks.
   virtual std::vector<torch::Tensor> do_held_parameters() { return do_trained_parameters(); }
+  // Inside do_step: the next step's batch, when the caller looks ahead and this step is not its
+  // section's last (see step()).
+  std::optional<Batch> next_batch() const { return next_batch_ && *next_batch_ ? (*next_batch_)() : std::nullopt; }
 
  private:
+  const NextBatch* next_batch_ = nullptr;  // the step in progress's, or null
   std::mutex optimizers_mutex_;  // hogwild's workers may build theirs on their own threads
   std::vector<const torch::optim::Optimizer*> optimizers_;
 };
