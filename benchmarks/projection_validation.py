@@ -23,13 +23,15 @@ fitted, so their efficiency is 1.0 either way) and as it is, with its band; the 
 errors for both and how many measured times fell inside the band.
 
     /usr/bin/python3 benchmarks/projection_validation.py OUT_DIR [--workloads mlp,transformer]
-        [--worlds 2,3,4] [--netns-mbit 1000,400] [--netns-burst 32kb] [--steps 30] [--repetitions 3]
+        [--worlds 2,3,4] [--netns-mbit 1000,400] [--netns-burst 256kb] [--steps 30] [--repetitions 3]
         [--rounds 3]
 
-The shaped link's token bucket is kept small (--netns-burst, tc's size syntax): after an idle gap
-a collective sends its first burst at the veth's own speed, which no NIC does. With tbf's 256 KiB
-a transformer's small collectives after compute gaps ran up to a fifth faster than the rate
-(docs/projection.md), and the namespace cases measured the test link more than the model.
+The shaped link's token bucket (--netns-burst, tc's size syntax) is a property of the test link
+that no NIC has: after an idle gap a collective sends its first burst at the veth's own speed, and
+a transformer's small collectives after compute gaps ran up to a fifth faster than the rate with
+256 KiB. A small bucket does not keep the rate: with 32 KiB, Gloo's all-reduce got about 70% of
+1000 Mbit/s and 93% of 400 (docs/projection.md). So the default stays 256kb, and the model's
+stated link is what is to learn the burst.
 
 Writes OUT_DIR/validation.json and OUT_DIR/validation.md (every case, and the median absolute error),
 and keeps every results file it read. The namespaces need root and tc's tbf; without them that part is
@@ -370,8 +372,8 @@ def main():
     p.add_argument("--workloads", default="mlp")
     p.add_argument("--worlds", default="2,3,4")
     p.add_argument("--netns-mbit", default="1000,400")
-    p.add_argument("--netns-burst", default="32kb", help="tbf's bucket on the shaped veth, in tc's size syntax "
-                                                          "(default 32kb: a burst no NIC has is kept small)")
+    p.add_argument("--netns-burst", default="256kb", help="tbf's bucket on the shaped veth, in tc's size syntax "
+                                                           "(default 256kb; 32kb no longer keeps 1000 Mbit/s)")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--repetitions", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3,
