@@ -25,13 +25,19 @@ errors for both and how many measured times fell inside the band.
     /usr/bin/python3 benchmarks/projection_validation.py OUT_DIR [--workloads mlp,transformer]
         [--worlds 2,3,4] [--netns-mbit 1000,400] [--netns-burst 256kb] [--steps 30] [--repetitions 3]
         [--rounds 3]
+    /usr/bin/python3 benchmarks/projection_validation.py OUT_DIR --repredict FROM_DIR
 
 The shaped link's token bucket (--netns-burst, tc's size syntax) is a property of the test link
 that no NIC has: after an idle gap a collective sends its first burst at the veth's own speed, and
 a transformer's small collectives after compute gaps ran up to a fifth faster than the rate with
 256 KiB. A small bucket does not keep the rate: with 32 KiB, Gloo's all-reduce got about 70% of
-1000 Mbit/s and 93% of 400 (docs/projection.md). So the default stays 256kb, and the model's
-stated link is what is to learn the burst.
+1000 Mbit/s and 93% of 400 (docs/projection.md). So the default stays 256kb, and the namespace
+link the model is given states the bucket (burst_bytes), as a description of a shaped link would.
+
+--repredict FROM_DIR measures nothing: it predicts again, with the model as it is now, from the
+files an earlier run kept in FROM_DIR (its settings, micro.json, the base, calibration and measured
+runs), and writes OUT_DIR/validation.json and .md. What it shows is how a change to the model moves
+the errors on measurements that are already in; a fresh run is what checks it.
 
 Writes OUT_DIR/validation.json and OUT_DIR/validation.md (every case, and the median absolute error),
 and keeps every results file it read. The namespaces need root and tc's tbf; without them that part is
@@ -41,6 +47,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -57,12 +64,27 @@ from reports import results, stats  # noqa: E402
 STRATEGIES = ("ddp", "dp", "zero1", "zero2", "fsdp")
 NETNS_STRATEGIES = ("ddp", "zero1", "zero2", "fsdp")  # dp is one process: it has no two-node form
 # What a user would state for a token-bucket-shaped Ethernet link, from the frame, not fitted: tbf
-# counts every byte it sends, headers included. TCP over IPv4 with timestamps carries 1448 bytes of
-# each 1514-byte frame (0.956), a little less where the other direction's ACKs share the bucket;
-# segments that GSO keeps whole through the veth carry their headers once per 64 KiB, up to 1.0.
-SHAPED_VETH_EFFICIENCY = dict(efficiency=0.97, efficiency_low=0.94, efficiency_high=1.0,
-                              efficiency_source="TCP/IPv4 payload per byte tbf counts: 1448 of 1514 per frame "
-                                                "(0.956) down to 0.94 with the reverse ACKs, up to 1.0 with GSO")
+# charges every byte of every frame, and for a GSO packet the kernel adds each segment's headers as
+# if it were already cut into frames (net/core/dev.c, qdisc_pkt_len_init). So TCP over IPv4 with
+# timestamps carries 1448 bytes of each 1514 tbf counts (0.956) at best, GSO or not; a ring sends
+# both ways at once, and the other direction's ACKs share the bucket: one 66-byte ACK per two
+# segments gives 0.936 (1448 of 1547).
+SHAPED_VETH_EFFICIENCY = dict(efficiency=0.95, efficiency_low=0.936, efficiency_high=0.956,
+                              efficiency_source="TCP/IPv4 payload per byte tbf counts: 1448 of each 1514-byte "
+                                                "frame (0.956; the kernel counts a GSO packet's headers per "
+                                                "segment), down to 0.936 with an ACK per two segments the "
+                                                "other way")
+
+
+def tc_size_bytes(text):
+    """tc's size syntax (tc(8): b, k or kb, m or mb, g or gb in bytes of 1024; kbit, mbit, gbit in
+    bits), as bytes: what --netns-burst gives tbf, for the link the model is told of."""
+    units = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30,
+             "bit": 1 / 8, "kbit": 1024 / 8, "mbit": (1 << 20) / 8, "gbit": (1 << 30) / 8}
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([a-z]*)", text.strip().lower())
+    if not m or m.group(2) not in units:
+        raise SystemExit(f"projection_validation: --netns-burst {text!r} is not a size tc reads (e.g. 256kb)")
+    return float(m.group(1)) * units[m.group(2)]
 
 
 def run(cmd, **kw):
@@ -87,6 +109,8 @@ class Validation:
     def __init__(self, args):
         self.args = args
         self.out = args.out
+        # Where the runs' files are: written here, or (--repredict) read from an earlier run's folder.
+        self.files = args.repredict or args.out
         self.exe = os.path.join(args.build, "ddpbench")
         self.micro = os.path.join(args.build, "benchmarks", "ddpbench-micro")
         self.samples = {}
@@ -98,19 +122,26 @@ class Validation:
         return ["--workload", workload, "--device", "cpu", "--threads", "1", "--steps", str(self.args.steps),
                 "--repetitions", str(self.args.repetitions), "--warmup", "5", "--parity-steps", "0"]
 
+    def produce(self, cmd, path):
+        """Run `cmd`, which writes `path`; replaying an earlier run, the file must be there already."""
+        if not self.args.repredict:
+            run(cmd)
+        elif not os.path.isfile(path):
+            raise SystemExit(f"projection_validation: --repredict {self.files}: lacks {os.path.basename(path)}")
+
     def fit_network(self):
-        path = os.path.join(self.out, "micro.json")
-        run([self.micro, "--benchmark_filter=GlooAllreduce|ReplicateCopy", f"--benchmark_out={path}",
-             "--benchmark_out_format=json", "--benchmark_min_time=0.2"])
+        path = os.path.join(self.files, "micro.json")
+        self.produce([self.micro, "--benchmark_filter=GlooAllreduce|ReplicateCopy", f"--benchmark_out={path}",
+                      "--benchmark_out_format=json", "--benchmark_min_time=0.2"], path)
         self.loopback = network.load(path)
         with open(os.path.join(self.out, "loopback-network.json"), "w") as f:
             json.dump(self.loopback.to_json(), f, indent=1)
         return self.loopback
 
     def global_batch(self, workload):
-        path = os.path.join(self.out, f"{workload}-batch-probe.json")
-        run([self.exe, "--strategy", "single", "--repetitions", "1", "--steps", "1", "--warmup", "0",
-             "--parity-steps", "0", "--workload", workload, "--device", "cpu", "--json", path])
+        path = os.path.join(self.files, f"{workload}-batch-probe.json")
+        self.produce([self.exe, "--strategy", "single", "--repetitions", "1", "--steps", "1", "--warmup", "0",
+                      "--parity-steps", "0", "--workload", workload, "--device", "cpu", "--json", path], path)
         _, b = median_case(path, "single")
         return int(b["ddpbench"]["global_batch"])
 
@@ -118,12 +149,12 @@ class Validation:
         """A world-1 run of single and every projected strategy at the per-rank batch, alone on the
         machine (pinned to one core, as ddpbench pins itself), and a calibration run of ddp at world 2
         at the same per-rank batch: what the compute slow-down is fitted from."""
-        path = os.path.join(self.out, f"{workload}-base-batch{per_rank_batch}-round{round_}.json")
-        run([self.exe, "--strategy", "single," + ",".join(STRATEGIES), "--world-size", "1", "--batch",
-             str(per_rank_batch), "--json", path] + self.common(workload))
-        calibration = os.path.join(self.out, f"{workload}-calibration-batch{per_rank_batch}-round{round_}.json")
-        run([self.exe, "--strategy", "ddp", "--world-size", "2", "--batch", str(2 * per_rank_batch), "--json",
-             calibration] + self.common(workload))
+        path = os.path.join(self.files, f"{workload}-base-batch{per_rank_batch}-round{round_}.json")
+        self.produce([self.exe, "--strategy", "single," + ",".join(STRATEGIES), "--world-size", "1", "--batch",
+                      str(per_rank_batch), "--json", path] + self.common(workload), path)
+        calibration = os.path.join(self.files, f"{workload}-calibration-batch{per_rank_batch}-round{round_}.json")
+        self.produce([self.exe, "--strategy", "ddp", "--world-size", "2", "--batch", str(2 * per_rank_batch),
+                      "--json", calibration] + self.common(workload), calibration)
         return path, calibration
 
     def predict(self, base, strategy, world, net):
@@ -133,7 +164,9 @@ class Validation:
         cases = [c for c in model.measured_cases(doc) if c.strategy == strategy]
         fit_from = dict(doc, benchmarks=doc["benchmarks"] + results.load(calibration_path)["benchmarks"])
         fitted = slowdown.fit(fit_from, cases[0].workload, target_on_gpus=False)
-        nominal = replace(net, intra=replace(net.intra, efficiency=1.0), inter=replace(net.inter, efficiency=1.0))
+        # Before issue 48 a link was its nominal bandwidth: no efficiency, no token bucket.
+        nominal = replace(net, intra=replace(net.intra, efficiency=1.0, burst_bytes=0.0),
+                          inter=replace(net.inter, efficiency=1.0, burst_bytes=0.0))
         before = model.Projector(nominal, "weak").project(cases[0], strategy, world)
         return before, model.Projector(net, "weak", fitted).project(cases[0], strategy, world)
 
@@ -166,9 +199,9 @@ class Validation:
         for n in self.args.worlds:
             per_rank = math.ceil(batch / n)
             base = self.base(workload, n, per_rank, round_)
-            measured = os.path.join(self.out, f"{workload}-measured-n{n}-round{round_}.json")
-            run([self.exe, "--strategy", ",".join(STRATEGIES), "--world-size", str(n), "--batch", str(batch),
-                 "--json", measured] + self.common(workload))
+            measured = os.path.join(self.files, f"{workload}-measured-n{n}-round{round_}.json")
+            self.produce([self.exe, "--strategy", ",".join(STRATEGIES), "--world-size", str(n), "--batch",
+                          str(batch), "--json", measured] + self.common(workload), measured)
             net = replace(self.loopback, devices_per_node=max(self.args.worlds), compute_slots_per_node=self.cores)
             for strategy in STRATEGIES:
                 self.record("one host, loopback", workload, strategy, n, self.predict(base, strategy, n, net),
@@ -184,7 +217,30 @@ class Validation:
             return "needs ip(8) and tc(8) (iproute2)"
         return None
 
+    def shaped_network(self, mbit):
+        """The namespace link as the model is told of it: tbf's rate, bucket and efficiency, stated."""
+        link = network.Link(mbit * 1e6 / 8, self.loopback.intra.alpha,
+                            f"tc tbf at {mbit} Mbit/s, burst {self.args.netns_burst}, on both ends of the veth; "
+                            f"alpha from the loopback fit",
+                            burst_bytes=tc_size_bytes(self.args.netns_burst), **SHAPED_VETH_EFFICIENCY)
+        return network.Network(name=f"veth-{mbit}mbit", devices_per_node=1, intra=link, inter=link,
+                               nics_per_node=1, sources=[link.source])
+
+    def netns_predictions(self, workload, mbit, round_):
+        calibration = os.path.join(self.files, f"{workload}-calibration-netns-{mbit}mbit-round{round_}.json")
+        measured = os.path.join(self.files, f"{workload}-measured-netns-{mbit}mbit-round{round_}.json")
+        net = self.shaped_network(mbit)
+        base = (self.base_for_two[0], calibration)
+        for strategy in NETNS_STRATEGIES:
+            self.record(f"two namespaces, {mbit} Mbit/s", workload, strategy, 2,
+                        self.predict(base, strategy, 2, net), measured)
+
     def netns_cases(self, workload, batch, round_):
+        if self.args.repredict:
+            for mbit in self.args.netns_mbit:
+                if os.path.isfile(os.path.join(self.files, f"{workload}-measured-netns-{mbit}mbit-round{round_}.json")):
+                    self.netns_predictions(workload, mbit, round_)
+            return
         why = self.netns_available()
         if why:
             if not self.skipped:
@@ -207,20 +263,11 @@ class Validation:
                     run(["tc", "-n", ns[i], "qdisc", "replace", "dev", ifs[i], "root", "tbf", "rate", f"{mbit}mbit",
                          "burst", self.args.netns_burst, "latency", "100ms"])
                 # The slow-down on this link is fitted from a ddp run of its own over it, as on loopback.
-                calibration = os.path.join(self.out, f"{workload}-calibration-netns-{mbit}mbit-round{round_}.json")
+                calibration = os.path.join(self.files, f"{workload}-calibration-netns-{mbit}mbit-round{round_}.json")
                 self.run_in_namespaces(ns, ifs, addrs, ("ddp",), batch, workload, calibration)
-                measured = os.path.join(self.out, f"{workload}-measured-netns-{mbit}mbit-round{round_}.json")
+                measured = os.path.join(self.files, f"{workload}-measured-netns-{mbit}mbit-round{round_}.json")
                 self.run_in_namespaces(ns, ifs, addrs, NETNS_STRATEGIES, batch, workload, measured)
-                link = network.Link(mbit * 1e6 / 8, self.loopback.intra.alpha,
-                                    f"tc tbf at {mbit} Mbit/s, burst {self.args.netns_burst}, on both ends of the veth; "
-                                    f"alpha from the loopback fit",
-                                    **SHAPED_VETH_EFFICIENCY)
-                net = network.Network(name=f"veth-{mbit}mbit", devices_per_node=1, intra=link, inter=link,
-                                      nics_per_node=1, sources=[link.source])
-                base = (self.base_for_two[0], calibration)
-                for strategy in NETNS_STRATEGIES:
-                    self.record(f"two namespaces, {mbit} Mbit/s", workload, strategy, 2,
-                                self.predict(base, strategy, 2, net), measured)
+                self.netns_predictions(workload, mbit, round_)
         finally:
             for name in ns:
                 subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
@@ -378,11 +425,27 @@ def main():
     p.add_argument("--repetitions", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3,
                    help="rounds of (base, measured) runs; each case's figures are medians over them (default 3)")
+    p.add_argument("--repredict", metavar="FROM_DIR",
+                   help="measure nothing: predict again from the files an earlier run kept in FROM_DIR, with its "
+                        "settings, and write OUT's validation.json and .md")
     args = p.parse_args()
     if args.render:
         with open(os.path.join(args.out, "validation.json")) as f:
             write_outputs(args.out, json.load(f))
         return
+    if args.repredict:
+        try:
+            with open(os.path.join(args.repredict, "validation.json")) as f:
+                kept = json.load(f)["settings"]
+        except (OSError, ValueError, KeyError) as e:
+            raise SystemExit(f"projection_validation: --repredict {args.repredict}: no earlier run's "
+                             f"validation.json with its settings ({e})")
+        # The earlier run's settings; a run from before --netns-burst shaped with 256kb.
+        for key in ("workloads", "steps", "repetitions", "rounds"):
+            setattr(args, key, kept[key])
+        args.worlds = ",".join(str(w) for w in kept["worlds"])
+        args.netns_mbit = ",".join(str(m) for m in kept["netns_mbit"])
+        args.netns_burst = kept.get("netns_burst", "256kb")
     args.worlds = [int(x) for x in args.worlds.split(",")]
     args.netns_mbit = [int(x) for x in args.netns_mbit.split(",") if x]
     os.makedirs(args.out, exist_ok=True)

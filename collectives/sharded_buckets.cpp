@@ -65,8 +65,13 @@ ShardedBuckets::~ShardedBuckets() = default;
 
 std::int64_t ShardedBuckets::padded_bytes() const {
   std::int64_t bytes = 0;
-  for (const auto& b : buckets_) bytes += b.flat_params.numel() * static_cast<std::int64_t>(b.flat_params.element_size());
+  for (std::size_t b = 0; b < buckets_.size(); ++b) bytes += bucket_bytes(b);
   return bytes;
+}
+
+std::int64_t ShardedBuckets::bucket_bytes(std::size_t bucket) const {
+  const auto& flat = buckets_.at(bucket).flat_params;
+  return flat.numel() * static_cast<std::int64_t>(flat.element_size());
 }
 
 std::int64_t ShardedBuckets::gradient_bytes_held() const {
@@ -105,6 +110,7 @@ void ShardedBuckets::prepare_step(double grad_scale, const torch::Tensor& loss, 
   next_launch_ = 0;
   loss_.copy_(loss.detach().reshape({1}));
   armed_ = true;
+  backward_started_ = std::chrono::steady_clock::now();
 }
 
 torch::Tensor ShardedBuckets::gradient_view(Bucket& bucket, std::size_t slot) {
@@ -198,7 +204,13 @@ torch::Tensor ShardedBuckets::wait_reduce_scatter() {
   traffic_.steps += 1;
   traffic_.reduce_scatter_bytes += padded_bytes();
   traffic_.allreduce_bytes += loss_.numel() * static_cast<std::int64_t>(loss_.element_size()) + flag_bytes;
-  for (const auto& b : buckets_) traffic_.reduce_scatter_seconds += b.reduce_scatter_seconds;
+  traffic_.ready_seconds.resize(buckets_.size(), 0.0);
+  traffic_.bucket_reduce_scatter_seconds.resize(buckets_.size(), 0.0);
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    traffic_.reduce_scatter_seconds += buckets_[b].reduce_scatter_seconds;
+    traffic_.bucket_reduce_scatter_seconds[b] += buckets_[b].reduce_scatter_seconds;
+    traffic_.ready_seconds[b] += std::chrono::duration<double>(buckets_[b].ready - backward_started_).count();
+  }
   return loss_.clone().reshape({});
 }
 

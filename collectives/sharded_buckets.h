@@ -41,6 +41,10 @@ struct ShardTraffic {
   double reduce_scatter_seconds = 0;      // each reduce-scatter from start to this rank's end, summed
   double all_gather_seconds = 0;
   std::int64_t launched_during_backward = 0;
+  // Per bucket in launch order, summed over the steps: when its last gradient was ready, from the
+  // start of backward, and how long its reduce-scatter took (the timeline a projection replays).
+  std::vector<double> ready_seconds;
+  std::vector<double> bucket_reduce_scatter_seconds;
 };
 
 class ShardedBuckets {
@@ -75,6 +79,8 @@ class ShardedBuckets {
   int bucket_count() const { return static_cast<int>(buckets_.size()); }
   // The padded buckets' bytes: what one reduce-scatter (or all-gather) of all of them carries.
   std::int64_t padded_bytes() const;
+  // One padded bucket's bytes, in launch order.
+  std::int64_t bucket_bytes(std::size_t bucket) const;
   // Gradient bytes this rank holds now: stage 1, the full bucket buffers (its reduced chunks are
   // views of them); stage 2, its reduced chunks (and a bucket's full buffer only from its first
   // gradient to its reduce-scatter). Call between steps.
@@ -113,6 +119,7 @@ class ShardedBuckets {
   std::vector<std::size_t> bucket_of_, slot_of_;
   std::vector<char> ready_;
   std::size_t next_launch_ = 0;
+  std::chrono::steady_clock::time_point backward_started_;  // prepare_step's: backward starts next
   torch::Tensor scale_, loss_;
   bool armed_ = false;
   PhaseRecorder* phases_ = nullptr;

@@ -1,9 +1,12 @@
 """Projection: what a measured ddpbench workload will do at world sizes and on networks it did not run on.
 
 network.py     links and machines as data: presets with their sources, files, fits to measured all-reduce times
-collectives.py the cost of an all-reduce, broadcast or reduce under an alpha-beta model (ring and tree, NCCL's way)
+collectives.py the cost of an all-reduce, broadcast or reduce under an alpha-beta model (ring and tree, NCCL's way),
+               and a shaped link's token bucket
 slowdown.py    compute slowed by communication: backward's factor and the CPU's cost per byte sent, fitted or stated
 model.py       per-strategy step time from one measured case: ddp replays the measured bucket timeline
+memory.py      memory per device by ZeRO's formulas over a measured case's bytes
+timelines.py   a step's collectives on one stream behind compute, with a shaped link's token bucket
 answers.py     which strategies fit a device's memory, the fastest of them, and when the band cannot rank two
 cli.py         scripts/ddpbench-project: table, JSON and chart
 

@@ -18,9 +18,10 @@ What is measured is kept and only what changes is modelled:
   gradients) over the copy link, replicas' forward and backward in parallel, the rest as measured;
   refused beyond one node. hogwild: every worker a whole step on its share; one node.
 - zero1 and zero2 (ddpbench's both reduce-scatter their gradient buckets as backward makes them,
-  and all-gather the updated parameters after the step): the buckets (DDP's default caps, ready
-  evenly through backward) replayed against the reduce-scatter cost, the optimizer on 1/W of the
-  parameters, then the all-gather of the parameters, exposed.
+  and all-gather the updated parameters after the step): the buckets replayed against the
+  reduce-scatter cost (a zero1 or zero2 case's own timeline; from another case DDP's default caps,
+  ready evenly through backward), the optimizer on 1/W of the parameters, then the all-gather of
+  the parameters, bucket by bucket where the buckets are measured, exposed.
 - fsdp: the measured case's wrap units and root with their measured bytes (equal units from a file
   that does not record them), a unit's compute in proportion to its bytes; the root gathered once
   for the step; in forward unit k+1's all-gather hides behind unit k's compute, in backward unit
@@ -34,7 +35,8 @@ What is measured is kept and only what changes is modelled:
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from projection import collectives
+from projection import collectives, timelines
+from projection.memory import SHARDS, memory_assumption, memory_per_device, whole_model_bytes
 from projection.slowdown import Slowdown, fit as fit_slowdown
 
 FIRST_BUCKET_BYTES = 1 << 20   # DDP's first bucket
@@ -159,51 +161,6 @@ def pick_base(cases, workload, strategy):
     return single[0] if single else None
 
 
-# What each strategy divides by the world size: (parameters, gradients, optimizer state).
-SHARDS = {"zero1": (False, False, True), "zero2": (False, True, True), "fsdp": (True, True, True)}
-
-
-def whole_model_bytes(case):
-    """(parameters, gradients, optimizer state) of the whole model and the measured rest, in bytes,
-    from the measured case's device 0, or None where the file does not split its memory by kind."""
-    if not case.memory:
-        return None
-    sharded = SHARDS.get(case.strategy, (False, False, False))
-    kinds = ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes")
-    whole = [case.memory[k] * (case.world if s else 1) for k, s in zip(kinds, sharded)]
-    return whole + [case.memory["other_bytes"]]
-
-
-def memory_per_device(case, strategy, world):
-    """ZeRO's formulas at `world` over the case's whole-model bytes, plus the measured rest: the
-    case's own where it ran `strategy`. A case of another strategy (`single`) holds none of the
-    strategy's communication buffers: ddp's gradient buckets (a whole copy of the gradients) are
-    added to its rest; zero1's and zero2's (full gradient buckets during backward, the collectives'
-    buffers) are not assumed, and their memory is not projected (None): measured, they came out
-    25-38% over single's rest plus the formulas (issue 43)."""
-    parts = whole_model_bytes(case)
-    if parts is None:
-        return None
-    rest = parts[3]
-    if case.strategy != strategy:
-        if strategy != "ddp":
-            return None
-        rest += parts[1]
-    sharded = SHARDS.get(strategy, (False, False, False))
-    held = sum(b / world if s else b for b, s in zip(parts[:3], sharded))
-    return held + rest
-
-
-def memory_assumption(case, strategy):
-    """What the memory column assumes, where it is projected from a case of another strategy."""
-    if case.strategy == strategy or whole_model_bytes(case) is None:
-        return None
-    if strategy == "ddp":
-        return f"ddp memory: {case.name}'s, plus ddp's gradient buckets (a whole copy of the gradients)"
-    return (f"{strategy} memory: not projected from {case.name}, which holds none of {strategy}'s gradient "
-            f"buckets; measure {strategy} once, at any world, to project it")
-
-
 def _assumed_buckets(case):
     """DDP's default bucket caps over the gradient bytes, ready evenly through backward."""
     total = case.gradient_bytes
@@ -273,19 +230,13 @@ class Projector:
             p.exposed_comm_ms = exposed_s * 1e3
         return p
 
-    def _replay(self, case, world, buckets, collective):
-        """The buckets' collectives one after another on one stream, each starting when its bucket is
-        ready (scaled like backward) and the one before is done: (their time, what runs past the
-        end of backward, their algorithms)."""
+    def _replay(self, case, world, buckets, collective, link):
+        """The buckets' collectives on one stream behind backward (timelines.replay_buckets): (their
+        time, what runs past the end of backward, their algorithms)."""
         k = self._backward_scale(case, world)
-        clock, comm, algorithms = 0.0, 0.0, []
-        for b in buckets:
-            cost = collective(self.network, b.nbytes, world)
-            seconds = cost.seconds * self._comm_scale(case, world)
-            clock = max(clock, b.ready_s * k) + seconds
-            comm += seconds
-            algorithms.append(cost.algorithm)
-        return comm, max(0.0, clock - case.phase("backward") * k), algorithms
+        return timelines.replay_buckets(buckets, k, case.phase("backward") * k,
+                                        lambda nbytes: collective(self.network, nbytes, world), link,
+                                        self._comm_scale(case, world))
 
     def ddp(self, case, world):
         k = self._compute_scale(case, world)
@@ -297,7 +248,12 @@ class Projector:
             assumptions.append(f"no ddp timeline in {case.name}: {len(buckets)} bucket(s) of DDP's default caps "
                                f"assumed ready evenly through backward")
         backward = case.phase("backward") * self._backward_scale(case, world)
-        comm, exposed, algorithms = self._replay(case, world, buckets, collectives.allreduce)
+        # The link idles from the step's last all-reduce to its first bucket: the optimizer, the
+        # data and forward, and backward up to the first bucket's gradients (the replay adds that).
+        idle = ((case.phase("data") + case.phase("forward")) * k
+                + case.phase("optimizer") * self._relative_contention(case, world))
+        link = collectives.ShapedLink(self.network, world, idle)
+        comm, exposed, algorithms = self._replay(case, world, buckets, collectives.allreduce, link)
         gradients = sum(b.nbytes for b in buckets)
         step = ((case.phase("data") + case.phase("forward")) * k + backward + exposed + case.phase("reduce")
                 + case.phase("optimizer") * self._relative_contention(case, world)
@@ -348,20 +304,35 @@ class Projector:
 
     def _zero(self, case, world, strategy):
         k = self._compute_scale(case, world)
-        buckets = _assumed_buckets(case)
         backward = case.phase("backward") * self._backward_scale(case, world)
-        comm, exposed, algorithms = self._replay(case, world, buckets, collectives.reduce_scatter)
-        gather = collectives.all_gather(self.network, self._parameter_bytes(case), world)
-        gather_s = gather.seconds * self._comm_scale(case, world)
+        if case.strategy in ("zero1", "zero2") and case.buckets:
+            # The case's own buckets (zero1's and zero2's are the same), reduce-scattered as they were
+            # ready and all-gathered one after another after the step, as ShardedBuckets does.
+            buckets = case.buckets
+            gathered = [b.nbytes for b in buckets]
+            said = (f"{strategy}: {case.name}'s {len(buckets)} gradient bucket(s) replayed, reduce-scattered as "
+                    f"backward made them; the parameters all-gathered bucket by bucket after the step, exposed")
+        else:
+            buckets = _assumed_buckets(case)
+            gathered = [self._parameter_bytes(case)]
+            said = (f"{strategy}: {len(buckets)} gradient bucket(s) of DDP's default caps reduce-scattered as "
+                    f"backward makes them; the parameters all-gathered after the step, exposed")
+        # The link idles from the step's all-gather, its last collective, to its first reduce-scatter,
+        # and from the last reduce-scatter to the all-gather while the optimizer runs.
+        link = collectives.ShapedLink(self.network, world, (case.phase("data") + case.phase("forward")) * k)
+        comm, exposed, algorithms = self._replay(case, world, buckets, collectives.reduce_scatter, link)
+        link.idle(self._sharded_optimizer(case, world))
+        gather_s = 0.0
+        for nbytes in gathered:
+            gather = collectives.all_gather(self.network, nbytes, world)
+            gather_s += link.send(gather) * self._comm_scale(case, world)
         exposed += gather_s
-        moved = sum(b.nbytes for b in buckets) + self._parameter_bytes(case)
+        moved = sum(b.nbytes for b in buckets) + sum(gathered)
         step = ((case.phase("data") + case.phase("forward")) * k + backward + exposed
                 + self._sharded_optimizer(case, world) + case.phase("residual")
                 + self._outside_backward(case, world, lambda w: (w - 1) / w * moved))
-        assumptions = [f"{strategy}: {len(buckets)} gradient bucket(s) of DDP's default caps reduce-scattered as "
-                       f"backward makes them; the parameters all-gathered after the step, exposed"]
         p = self._record(case, strategy, world, step, comm + gather_s, exposed, algorithms + [gather.algorithm],
-                         assumptions)
+                         [said])
         p.memory_per_device_bytes = memory_per_device(case, strategy, world)
         if memory_assumption(case, strategy):
             p.assumptions.append(memory_assumption(case, strategy))
@@ -405,38 +376,18 @@ class Projector:
                 "not resharded after forward: each unit gathered once a step",
                 "prefetch" if prefetch else "no prefetch: each gather waited for", "overlap" if overlap else
                 "no overlap: every collective on the step's thread"]) + f", as {case.name} ran")
-        hides = prefetch and overlap  # a gather can run behind the unit before it
-
-        def ag(share):
-            return collectives.all_gather(self.network, params * share, world).seconds * scale if share else 0.0
-
-        def rs(share):
-            return collectives.reduce_scatter(self.network, gradients * share, world).seconds * scale if share else 0.0
-
         gather = collectives.all_gather(self.network, params, world)
         scatter = collectives.reduce_scatter(self.network, gradients, world)
         forward, backward = case.phase("forward") * k, case.phase("backward") * self._backward_scale(case, world)
-        fwd = [forward * s for s in units]  # the root's share of compute runs around the units
-        bwd = [backward * s for s in units]
-        # Forward: the root's gather and the first unit's are waited for; each next one hides behind
-        # the unit before it (with prefetch and overlap).
-        forward_exposed = ag(root) + (ag(units[0]) if units else 0.0)
-        for i in range(1, len(units)):
-            forward_exposed += max(0.0, ag(units[i]) - fwd[i - 1]) if hides else ag(units[i])
-        # Backward, last unit first: each unit gathered again (resharded), its reduce-scatter and the
-        # next unit's gather on one stream behind its backward; the last reduce-scatters after it.
-        order = units[::-1]
-        again = [ag(s) if reshard else 0.0 for s in order]
-        if overlap:
-            backward_exposed = again[0] if order else 0.0
-            for i in range(1, len(order)):
-                pending = (again[i] if prefetch else 0.0) + rs(order[i - 1])
-                backward_exposed += max(0.0, pending - bwd[len(units) - i]) + (0.0 if prefetch else again[i])
-            backward_exposed += (rs(order[-1]) if order else 0.0) + rs(root)
-        else:
-            backward_exposed = sum(again) + sum(rs(s) for s in order) + rs(root)
-        exposed = forward_exposed + backward_exposed
-        comm = ag(root) + sum(ag(s) for s in units) + sum(again) + sum(rs(s) for s in units) + rs(root)
+        # The root's share of compute runs around the units. The link idles from the step's last
+        # reduce-scatter through the optimizer and the next step's data.
+        timeline = timelines.FsdpStep(units=units, root=root, forward=[forward * s for s in units],
+                                  backward=[backward * s for s in units], reshard=reshard, prefetch=prefetch,
+                                  overlap=overlap)
+        link = collectives.ShapedLink(self.network, world, case.phase("data") * k + self._sharded_optimizer(case, world))
+        comm, exposed = timelines.fsdp_exposed(
+            timeline, lambda share: collectives.all_gather(self.network, params * share, world),
+            lambda share: collectives.reduce_scatter(self.network, gradients * share, world), link, scale)
         # Bytes through the ring a step: every unit's parameters gathered (twice when resharded, the
         # root once) and every gradient reduce-scattered.
         moved = params * (root + sum(units) * (2 if reshard else 1)) + gradients
@@ -449,7 +400,6 @@ class Projector:
     def project(self, case, strategy, world):
         p = self._project_point(case, strategy, world)
         if p.status == "projected":
-            # The same projection with every link at the high and at the low end of its efficiency.
             # The same projection with every link at the high end of its efficiency and the slow-down
             # at its low end, and the other way round.
             fast = Projector(self.network.at("high"), self.scaling, self.slowdown.at("low"))._project_point(

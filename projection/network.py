@@ -36,6 +36,10 @@ class Link:
     efficiency_low: float = 1.0
     efficiency_high: float = 1.0
     efficiency_source: str = "nominal: no efficiency stated"
+    # A shaper's token bucket in front of the link (tc tbf; a NIC has none, 0): it fills at the
+    # link's nominal rate while the link idles, up to this many bytes, and a collective sends what it
+    # holds at the speed under the shaper, so one after an idle gap runs faster than the rate allows.
+    burst_bytes: float = 0.0
 
     @property
     def achievable(self):
@@ -50,6 +54,9 @@ class Link:
         text = f"achievable {self.efficiency:.0%} of it"
         if (self.efficiency_low, self.efficiency_high) != (self.efficiency, self.efficiency):
             text += f" ({self.efficiency_low:.0%}-{self.efficiency_high:.0%})"
+        if self.burst_bytes:
+            text += (f", a {self.burst_bytes / 1024:.4g} KiB token bucket (a collective after an idle gap sends "
+                     f"up to that much at the speed under the shaper)")
         return text
 
 
@@ -120,7 +127,8 @@ class Network:
         def link(l):
             return {"bandwidth_GBps": l.bandwidth / GB, "alpha_us": l.alpha / US, "source": l.source,
                     "efficiency": {"value": l.efficiency, "low": l.efficiency_low, "high": l.efficiency_high,
-                                   "source": l.efficiency_source}}
+                                   "source": l.efficiency_source},
+                    "burst_bytes": l.burst_bytes}
         return {"name": self.name, "devices_per_node": self.devices_per_node, "nics_per_node": self.nics_per_node,
                 "base_latency_us": self.base_latency / US, "intra": link(self.intra), "inter": link(self.inter),
                 "copy": link(self.copy) if self.copy else None, "compute_slots_per_node": self.compute_slots_per_node,
@@ -171,7 +179,8 @@ def _link(obj, where):
     if not isinstance(obj, dict):
         raise NetworkError(f"{where}: should be an object with bandwidth_GBps and alpha_us")
     return Link(_number(obj, "bandwidth_GBps", where) * GB, _number(obj, "alpha_us", where, positive=False) * US,
-                str(obj.get("source", "")), **_efficiency(obj, where))
+                str(obj.get("source", "")), **_efficiency(obj, where),
+                burst_bytes=_number(obj, "burst_bytes", where, positive=False, required=False) or 0.0)
 
 
 def from_presets(intra_name, inter_name):

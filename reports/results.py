@@ -105,6 +105,7 @@ _SCHEMA = {
     "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]/bytes": (_NUM,),
     "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]/ready_ms": (_NUM,),
     "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]/allreduce_ms": (_NUM,),
+    "benchmarks/[*]/ddpbench/comm/bucket_timeline/[*]/reduce_scatter_ms": (_NUM,),
     "benchmarks/[*]/ddpbench/comm/reduce_scatter_bytes_per_step": (_NUM,),
     "benchmarks/[*]/ddpbench/comm/all_gather_bytes_per_step": (_NUM,),
     "benchmarks/[*]/ddpbench/comm/bytes_sent_per_step": (_NUM,),
@@ -115,7 +116,7 @@ _SCHEMA = {
 # above zero as well; the readers of samples check that.)
 _NON_NEGATIVE = re.compile(r"^benchmarks/\[\*\]/(real_time|cpu_time|items_per_second|bytes|busbw|bytes_per_second"
                            r"|ddpbench/(step_times_ms/\[\*\]|world_size|global_batch|workload_facts/gradient_bytes"
-                           r"|comm/bytes_per_step|comm/bucket_timeline/\[\*\]/(bytes|ready_ms|allreduce_ms)|comm/units/\[\*\]/bytes"
+                           r"|comm/bytes_per_step|comm/bucket_timeline/\[\*\]/(bytes|ready_ms|allreduce_ms|reduce_scatter_ms)|comm/units/\[\*\]/bytes"
                            r"|comm/(reduce_scatter|all_gather|bytes_sent)_(bytes_)?per_step|comm/(reduce_scatter|all_gather)_ms"
                            r"|memory/\[\*\]/(parameter|gradient|optimizer_state)_bytes))$")
 

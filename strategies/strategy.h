@@ -77,11 +77,12 @@ struct CommSummary {
   double allreduce_seconds_per_step = 0;    // time some all-reduce was in flight, per step
   // Each bucket in launch order, what a projection to other world sizes and networks replays
   // (scripts/ddpbench-project): its payload, when its last gradient was ready (from the start of
-  // backward) and how long its all-reduce took from launch to completion, per step.
+  // backward) and how long its collective took from launch to completion, per step: ddp's
+  // all-reduce, or zero1's and zero2's reduce-scatter (theirs have reduce_scatter_bytes_per_step).
   struct Bucket {
     std::int64_t bytes = 0;
     double ready_seconds = 0;
-    double allreduce_seconds = 0;
+    double allreduce_seconds = 0;  // the bucket's collective, whichever it is
   };
   std::vector<Bucket> bucket_timeline;
   // The sharded strategies (zero1, zero2): the payloads reduce-scattered and all-gathered per rank

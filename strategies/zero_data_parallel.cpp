@@ -93,6 +93,12 @@ class ZeroStrategy final : public Strategy {
     c.all_gather_bytes_per_step = t.all_gather_bytes / t.steps;
     c.reduce_scatter_seconds_per_step = t.reduce_scatter_seconds / steps;
     c.all_gather_seconds_per_step = t.all_gather_seconds / steps;
+    // The buckets' timeline, as ddp's: a projection replays these reduce-scatters behind backward
+    // rather than assume DDP's default caps.
+    for (std::size_t b = 0; b < t.ready_seconds.size(); ++b) {
+      c.bucket_timeline.push_back({shards_->bucket_bytes(b), t.ready_seconds[b] / steps,
+                                   t.bucket_reduce_scatter_seconds[b] / steps});
+    }
     return c;
   }
   void do_reset_measured_stats() override { shards_->reset_traffic(); }

@@ -191,8 +191,10 @@ json comm_json(const std::optional<CommSummary>& comm) {
   if (!comm) return nullptr;
   const auto busbw = bus_bandwidth(*comm);
   json timeline = json::array();
+  // A strategy that reduce-scatters its buckets (zero1, zero2) names its collective so.
+  const char* collective_ms = comm->reduce_scatter_bytes_per_step > 0 ? "reduce_scatter_ms" : "allreduce_ms";
   for (const auto& b : comm->bucket_timeline) {
-    timeline.push_back({{"bytes", b.bytes}, {"ready_ms", b.ready_seconds * 1e3}, {"allreduce_ms", b.allreduce_seconds * 1e3}});
+    timeline.push_back({{"bytes", b.bytes}, {"ready_ms", b.ready_seconds * 1e3}, {collective_ms, b.allreduce_seconds * 1e3}});
   }
   json units = json::array();
   for (const auto& u : comm->units) units.push_back({{"bytes", u.bytes}, {"root", u.root}});

@@ -1,7 +1,8 @@
 // zero1's and zero2's sharded buckets, ranks as threads over a real Gloo group in this process:
 // each rank's SGD step on its own chunks, all-gathered, is the single-process step on the whole
 // batch (world 2, 3 and 4, buckets that need padding, two steps in a row); stage 2 holds no full
-// gradient buffer after a step and stage 1 does; overlap launches every bucket inside backward.
+// gradient buffer after a step and stage 1 does; overlap launches every bucket inside backward;
+// each bucket's ready time and reduce-scatter are kept for the projection's timeline.
 #include <gtest/gtest.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/activation.h>
@@ -81,6 +82,7 @@ struct RankOutcome {
   std::int64_t padded_bytes = 0;
   std::int64_t trained_bytes = 0;
   int buckets = 0;
+  std::vector<std::int64_t> bucket_bytes;  // in launch order
   ShardTraffic traffic;
   bool autograd_grads_left = false;
   // After the last reduce-scatter: the elements of the optimizer's pieces, and of those with a gradient.
@@ -130,6 +132,7 @@ std::vector<RankOutcome> train_sharded(int world, int steps, ShardedBucketOption
     o.gradient_bytes_held = shards.gradient_bytes_held();
     o.padded_bytes = shards.padded_bytes();
     o.buckets = shards.bucket_count();
+    for (int b = 0; b < o.buckets; ++b) o.bucket_bytes.push_back(shards.bucket_bytes(static_cast<std::size_t>(b)));
     o.traffic = shards.traffic();
   });
   return out;
@@ -237,6 +240,28 @@ TEST(ShardedBuckets, TrafficCountsThePaddedBucketsEachWayAndTheLoss) {
     EXPECT_EQ(o.traffic.allreduce_bytes, 2 * 8 + 2 * 6 * 4);
     EXPECT_GT(o.traffic.reduce_scatter_seconds, 0);
     EXPECT_GT(o.traffic.all_gather_seconds, 0);
+  }
+}
+
+TEST(ShardedBuckets, EachBucketsReadyTimeAndReduceScatterAreKeptForTheProjectionsTimeline) {
+  const auto ranks = train_sharded(2, 3, small_buckets(false), /*with_unused=*/false);
+  for (const auto& o : ranks) {
+    ASSERT_GT(o.buckets, 2);
+    ASSERT_EQ(o.traffic.ready_seconds.size(), static_cast<std::size_t>(o.buckets));
+    ASSERT_EQ(o.traffic.bucket_reduce_scatter_seconds.size(), static_cast<std::size_t>(o.buckets));
+    std::int64_t bytes = 0;
+    double reduce_scatter = 0;
+    for (int b = 0; b < o.buckets; ++b) {
+      const auto k = static_cast<std::size_t>(b);
+      bytes += o.bucket_bytes[k];
+      reduce_scatter += o.traffic.bucket_reduce_scatter_seconds[k];
+      EXPECT_GT(o.traffic.bucket_reduce_scatter_seconds[k], 0) << b;
+      EXPECT_GE(o.traffic.ready_seconds[k], 0) << "from the start of backward, bucket " << b;
+    }
+    EXPECT_EQ(bytes, o.padded_bytes);
+    EXPECT_NEAR(reduce_scatter, o.traffic.reduce_scatter_seconds, 1e-9);
+    // The last bucket launched holds the first layer's gradients, the last backward reaches.
+    EXPECT_GT(o.traffic.ready_seconds.back(), o.traffic.ready_seconds.front());
   }
 }
 

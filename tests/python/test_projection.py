@@ -11,7 +11,7 @@ import pytest
 
 from build_paths import BUILD, ROOT  # noqa: E402
 sys.path.insert(0, ROOT)
-from projection import answers, cli, collectives, model, network, slowdown  # noqa: E402
+from projection import answers, cli, collectives, memory, model, network, slowdown  # noqa: E402
 from reports import projection_file, results  # noqa: E402
 
 EXE = os.path.join(BUILD, "ddpbench")
@@ -263,7 +263,7 @@ MB = 1e6
 def sharded_case(strategy, world, units=None, p=100 * MB, g=100 * MB, o=200 * MB, rest=10 * MB, **phases_ms):
     """A measured case whose device 0 holds what `strategy` holds at `world` of a model with
     parameter, gradient and optimizer bytes p, g, o."""
-    shards = model.SHARDS.get(strategy, (False, False, False))
+    shards = memory.SHARDS.get(strategy, (False, False, False))
     held = [b / world if s else b for b, s in zip((p, g, o), shards)]
     c = case(strategy, world, gradient_bytes=g, **phases_ms)
     c.memory = dict(zip(("parameter_bytes", "gradient_bytes", "optimizer_state_bytes"), held), other_bytes=rest)
@@ -284,19 +284,19 @@ def test_reduce_scatter_and_all_gather_move_half_an_all_reduces_bytes():
                                            ("zero2", 100 + 25 + 50), ("fsdp", 25 + 25 + 50)])
 def test_memory_per_device_follows_zeros_formulas_from_the_strategys_own_case(strategy, held):
     c = sharded_case(strategy, 2, units=3)
-    assert model.memory_per_device(c, strategy, 4) == pytest.approx((held + 10) * MB)
-    assert model.memory_assumption(c, strategy) is None
+    assert memory.memory_per_device(c, strategy, 4) == pytest.approx((held + 10) * MB)
+    assert memory.memory_assumption(c, strategy) is None
 
 
 def test_memory_from_single_adds_ddps_buckets_and_is_not_projected_for_zero():
     """single's rest holds no gradient bucket: ddp's (a whole copy of the gradients) is added; zero's
     are not assumed (projected from single they came out 25-38% under what zero1 and zero2 measure)."""
     c = sharded_case("single", 1)
-    assert model.memory_per_device(c, "ddp", 4) == pytest.approx((100 + 100 + 200 + 10 + 100) * MB)
-    assert "gradient buckets" in model.memory_assumption(c, "ddp")
+    assert memory.memory_per_device(c, "ddp", 4) == pytest.approx((100 + 100 + 200 + 10 + 100) * MB)
+    assert "gradient buckets" in memory.memory_assumption(c, "ddp")
     for strategy in ("zero1", "zero2"):
-        assert model.memory_per_device(c, strategy, 4) is None, strategy
-        assert f"measure {strategy} once" in model.memory_assumption(c, strategy)
+        assert memory.memory_per_device(c, strategy, 4) is None, strategy
+        assert f"measure {strategy} once" in memory.memory_assumption(c, strategy)
         free = flat_network(intra_gbps=1e9, intra_us=0)
         p = model.Projector(free, "weak").project(c, strategy, 4)
         assert p.memory_per_device_bytes is None
@@ -490,7 +490,7 @@ def test_the_command_projects_the_sharded_strategies_and_says_which_fit(sharded_
     cases = model.measured_cases(results.load(str(sharded_run)))
     for s in ("ddp", "zero1", "zero2", "fsdp"):
         base = model.pick_base(cases, "mlp", s)
-        assert by[(s, 64)]["memory_per_device_bytes"] == pytest.approx(model.memory_per_device(base, s, 64)), s
+        assert by[(s, 64)]["memory_per_device_bytes"] == pytest.approx(memory.memory_per_device(base, s, 64)), s
     for s in ("zero1", "zero2", "fsdp"):
         assert by[(s, 64)]["memory_per_device_bytes"] < by[(s, 8)]["memory_per_device_bytes"], s
     assert by[("ddp", 64)]["memory_per_device_bytes"] == by[("ddp", 8)]["memory_per_device_bytes"]
@@ -506,6 +506,17 @@ def test_the_command_projects_the_sharded_strategies_and_says_which_fit(sharded_
     assert len(fsdp.unit_bytes) == 4 and not any(root for _, root in fsdp.unit_bytes)
     assert fsdp.settings["reshard_after_forward"] is True
     assert any("as mlp/fsdp/world:2 ran" in a for a in by[("fsdp", 64)]["assumptions"])
+    # zero1's and zero2's own bucket timeline reaches the projection: mlp's first bucket is its head
+    # (under DDP's 1 MiB cap), the second the rest, ready at the end of backward; each a reduce-scatter.
+    raw = [b for b in json.load(open(sharded_run))["benchmarks"] if b.get("aggregate_name") == "median"]
+    for s in ("zero1", "zero2"):
+        timeline = next(b for b in raw if b["ddpbench"]["strategy"] == s)["ddpbench"]["comm"]["bucket_timeline"]
+        assert len(timeline) == 2 and all("reduce_scatter_ms" in x and "allreduce_ms" not in x for x in timeline)
+        base = model.pick_base(cases, "mlp", s)
+        assert [b.nbytes for b in base.buckets] == [x["bytes"] for x in timeline]
+        assert base.buckets[0].nbytes < 1 << 20 < base.buckets[1].nbytes
+        assert base.buckets[0].ready_s <= base.buckets[1].ready_s
+        assert any(f"{base.name}'s 2 gradient bucket(s) replayed" in a for a in by[(s, 64)]["assumptions"]), s
     # The report reads the new field back.
     _, items = projection_file.load(str(out_json))
     assert any(p.memory_per_device_bytes for p in items)
