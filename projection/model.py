@@ -24,10 +24,11 @@ What is measured is kept and only what changes is modelled:
   the parameters, bucket by bucket where the buckets are measured, exposed.
 - fsdp: the measured case's wrap units and root with their measured bytes (equal units from a file
   that does not record them), a unit's compute in proportion to its bytes; the root gathered once
-  for the step; in forward unit k+1's all-gather hides behind unit k's compute, in backward unit
-  k's reduce-scatter and the next unit's all-gather share the one communication stream behind a
-  unit's backward; resharding, prefetch and overlap as the case ran them (the file's settings;
-  the defaults where it does not say); the optimizer on 1/W. Needs an fsdp case.
+  for the step; the units' collectives played on one stream as ddpbench's fsdp posts them
+  (timelines.fsdp_exposed): in forward unit k+1's all-gather behind unit k's compute, in backward
+  the next unit's gather behind a unit's backward and its reduce-scatter behind the next one's;
+  resharding, prefetch and overlap as the case ran them (the file's settings; the defaults where
+  it does not say); the optimizer on 1/W. Needs an fsdp case.
 - memory per device, ZeRO's formulas (SHARDED.md) over the whole model's parameter, gradient and
   optimizer bytes (the measured case's per-device bytes times what it sharded them by), plus the
   measured rest of the peak (activations, buffers, a gathered unit) as it was.

@@ -43,68 +43,58 @@ class FsdpStep:
 
 
 def fsdp_exposed(step, gather, scatter, link, scale):
-    """(all collectives' seconds, the exposed part) of an FSDP step. gather(share) and
-    scatter(share) are the collectives' Costs for a share of the parameters or gradients.
+    """(all collectives' seconds, the exposed part) of an FSDP step, played as ddpbench's fsdp runs it
+    (collectives/sharded_units.cpp): one compute thread and one communication stream that runs its
+    collectives in the order they are posted. gather(share) and scatter(share) are the collectives'
+    Costs for a share of the parameters or gradients.
 
-    Forward: the root's gather and the first unit's are waited for; with prefetch and overlap unit
-    i's gather is issued when unit i-1 starts computing and hides behind it, else it is waited for.
-    Backward, last unit first: each unit gathered again when resharded; with overlap, unit k's
-    reduce-scatter and the next unit's gather share the stream behind a unit's backward (the gather
-    first, prefetched); without overlap every collective is on the step's thread; the last unit's
-    reduce-scatter and the root's come after."""
-    comm = [0.0]
-
-    def send(cost_of, share, idle):
-        link.idle(idle)
-        if not share:
-            return 0.0
-        seconds = link.send(cost_of(share)) * scale
-        comm[0] += seconds
-        return seconds
-
+    Forward: the root's gather and the first unit's are posted as the step starts and the root's is
+    waited for; with prefetch and overlap, unit i + 1's gather is posted as unit i starts computing,
+    else as unit i + 1 needs it. Backward, last unit first: a unit resharded after forward is
+    gathered again before its backward (waited for where not prefetched), and with prefetch the next
+    unit's gather is posted as a unit's backward starts; a unit's reduce-scatter is posted when its
+    backward ends, so it runs behind the next unit's backward; the root's after the last. The step
+    waits for every reduce-scatter. Without overlap every collective is waited for where it is
+    posted. Exposed: the step's compute time and its wait beyond the units' compute."""
     units, fwd, bwd, n = step.units, step.forward, step.backward, len(step.units)
-    hides = step.prefetch and step.overlap
-    exposed = send(gather, step.root, 0.0)
-    g = [send(gather, units[0], 0.0)] if n else []
-    exposed += sum(g)
-    for i in range(1, n):
-        if hides:
-            # Issued as unit i-1 starts: the stream idled while unit i-2 outlasted gather i-1.
-            g.append(send(gather, units[i], max(0.0, fwd[i - 2] - g[i - 1]) if i >= 2 else 0.0))
-            exposed += max(0.0, g[i] - fwd[i - 1])
-        else:
-            g.append(send(gather, units[i], fwd[i - 1]))
-            exposed += g[i]
-    # The last unit's forward, and whatever the stream idled before it, pass with the link idle.
-    tail = (fwd[n - 1] + (max(0.0, fwd[n - 2] - g[n - 1]) if hides and n >= 2 else 0.0)) if n else 0.0
-    order = units[::-1]
-    bwd_of = bwd[::-1]  # order[j]'s backward
+    ahead = step.prefetch and step.overlap  # a collective posted before it is needed, run behind compute
+    stream = {"free": 0.0, "comm": 0.0}
 
-    def again(j, idle):
-        return send(gather, order[j], idle) if step.reshard else send(gather, 0.0, idle)
+    def post(cost_of, share, at):
+        """A collective posted at `at` on the stream: when it ends (`at` for no bytes)."""
+        if not share:
+            return at
+        start = max(at, stream["free"])
+        link.idle(start - stream["free"])
+        seconds = link.send(cost_of(share)) * scale
+        stream["comm"] += seconds
+        stream["free"] = start + seconds
+        return stream["free"]
 
-    if not n:
-        return comm[0], exposed + send(scatter, step.root, tail)
-    if step.overlap:
-        exposed += again(0, tail)
-        idle = 0.0
-        for i in range(1, n):
-            if step.prefetch:
-                pending = again(i, idle) + send(scatter, order[i - 1], 0.0)
-                exposed += max(0.0, pending - bwd_of[i - 1])
-                idle = max(0.0, bwd_of[i - 1] - pending)
-            else:
-                reduce = send(scatter, order[i - 1], idle)
-                exposed += max(0.0, reduce - bwd_of[i - 1]) + again(i, max(0.0, bwd_of[i - 1] - reduce))
-                idle = 0.0
-        # The last unit's backward hides nothing; its reduce-scatter comes after it.
-        exposed += send(scatter, order[-1], idle + bwd_of[-1]) + send(scatter, step.root, 0.0)
-    else:
-        exposed += again(0, tail)
-        for j in range(n):
-            exposed += send(scatter, order[j], bwd_of[j])
-            if j + 1 < n:
-                exposed += again(j + 1, 0.0)
-        exposed += send(scatter, step.root, 0.0)
-    return comm[0], exposed
-
+    t = post(gather, step.root, 0.0)  # the root, waited for before forward
+    done = {}
+    if n and ahead:
+        done[0] = post(gather, units[0], 0.0)
+    for i in range(n):
+        if i not in done:
+            done[i] = post(gather, units[i], t)
+        t = max(t, done[i])
+        if ahead and i + 1 < n:
+            done[i + 1] = post(gather, units[i + 1], t)
+        t += fwd[i]
+    forward_end = t
+    # Backward. Resharded units were freed after forward and are gathered again; kept ones are there.
+    done = {} if step.reshard else {i: 0.0 for i in range(n)}
+    for j, u in enumerate(reversed(range(n))):
+        if u not in done:
+            done[u] = post(gather, units[u], t)
+        t = max(t, done[u])
+        after = u - 1  # the next unit backward reaches
+        if ahead and after >= 0 and after not in done:
+            done[after] = post(gather, units[after], t)
+        t += bwd[u]
+        reduced = post(scatter, units[u], t)
+        if not step.overlap:
+            t = reduced
+    t = max(t, post(scatter, step.root, t), stream["free"])
+    return stream["comm"], t - sum(fwd) - sum(bwd)
