@@ -32,12 +32,10 @@ class ConvNetModel final : public DefaultConstructedModel<ConvNetModel> {
     }
     head = register_module("fc", torch::nn::Linear(kWidths[2], kConvNetClasses));
   }
-  torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = x;
-    for (std::size_t i = 0; i < 3; ++i) h = call_unit(i, [&] { return torch::relu(norms[i]->forward(convs[i]->forward(h))); });
-    h = torch::nn::functional::adaptive_avg_pool2d(h, torch::nn::functional::AdaptiveAvgPool2dFuncOptions(1));
-    return head->forward(h.flatten(1));
-  }
+  torch::Tensor forward(const torch::Tensor& x) override { return forward_range(x, 0, 3); }
+  // A chain of its three stages; the pooling and the head come after them.
+  std::size_t chain_length() const override { return 3; }
+  std::vector<torch::Tensor> chain_tail_parameters() override { return head->parameters(); }
   // Each stage (a convolution and its BatchNorm) a unit; the head is the root's.
   std::vector<WrapUnit> wrap_units() override {
     std::vector<WrapUnit> units;
@@ -47,6 +45,16 @@ class ConvNetModel final : public DefaultConstructedModel<ConvNetModel> {
       units.push_back({"stage" + std::to_string(i + 1), parameters});
     }
     return units;
+  }
+
+ protected:
+  torch::Tensor chain_unit(std::size_t i, const torch::Tensor& h) override {
+    return torch::relu(norms[i]->forward(convs[i]->forward(h)));
+  }
+  torch::Tensor chain_tail(const torch::Tensor& h) override {
+    return head->forward(torch::nn::functional::adaptive_avg_pool2d(
+                             h, torch::nn::functional::AdaptiveAvgPool2dFuncOptions(1))
+                             .flatten(1));
   }
 
  private:

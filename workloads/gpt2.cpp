@@ -94,15 +94,21 @@ class Gpt2Model final : public WorkloadModel {
   }
   ModelPtr fresh_instance() const override { return std::make_shared<Gpt2Model>(size_); }
   // input: [batch, tokens] token ids; output: [batch, tokens, vocab] logits.
-  torch::Tensor forward(const torch::Tensor& input) override {
-    // Tied output projection: the token embedding's own weight, so one parameter gets both gradients.
-    return torch::matmul(features(input), wte->weight.t());
-  }
+  torch::Tensor forward(const torch::Tensor& input) override { return forward_range(input, 0, blocks.size()); }
   // The last LayerNorm's output, [batch, tokens, width]: what the output projection reads.
   torch::Tensor features(const torch::Tensor& input) {
-    auto h = wte->forward(input) + wpe->forward(torch::arange(input.size(1), input.options())).unsqueeze(0);
-    for (std::size_t i = 0; i < blocks.size(); ++i) h = call_unit(i, [&] { return blocks[i]->forward(h); });
+    auto h = chain_head(input);
+    for (std::size_t i = 0; i < blocks.size(); ++i) h = call_unit(i, [&] { return chain_unit(i, h); });
     return ln_f->forward(h);
+  }
+  // A chain of its blocks: the embeddings before, the last LayerNorm and the tied output projection
+  // after, so the token embedding's weight is used at both ends.
+  std::size_t chain_length() const override { return blocks.size(); }
+  std::vector<torch::Tensor> chain_head_parameters() override { return {wte->weight, wpe->weight}; }
+  std::vector<torch::Tensor> chain_tail_parameters() override {
+    auto p = ln_f->parameters();
+    p.push_back(wte->weight);
+    return p;
   }
   // Each block a unit, as nanoGPT's and torchtitan's FSDP wrap it; the embeddings, the last
   // LayerNorm and the tied output projection are the root's.
@@ -113,6 +119,14 @@ class Gpt2Model final : public WorkloadModel {
   }
   const torch::Tensor& output_weight() const { return wte->weight; }
   const Gpt2Size& size() const { return size_; }
+
+ protected:
+  torch::Tensor chain_head(const torch::Tensor& input) override {
+    return wte->forward(input) + wpe->forward(torch::arange(input.size(1), input.options())).unsqueeze(0);
+  }
+  torch::Tensor chain_unit(std::size_t i, const torch::Tensor& h) override { return blocks[i]->forward(h); }
+  // Tied output projection: the token embedding's own weight, so one parameter gets both gradients.
+  torch::Tensor chain_tail(const torch::Tensor& h) override { return torch::matmul(ln_f->forward(h), wte->weight.t()); }
 
  private:
   Gpt2Size size_;

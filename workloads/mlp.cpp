@@ -19,15 +19,22 @@ class MlpModel final : public DefaultConstructedModel<MlpModel> {
     fc3 = register_module("fc3", torch::nn::Linear(kHidden, kHidden));
     fc4 = register_module("fc4", torch::nn::Linear(kHidden, kClasses));
   }
-  torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = call_unit(0, [&] { return torch::relu(fc1->forward(x)); });
-    h = call_unit(1, [&] { return torch::relu(fc2->forward(h)); });
-    h = call_unit(2, [&] { return torch::relu(fc3->forward(h)); });
-    return call_unit(3, [&] { return fc4->forward(h); });
-  }
+  torch::Tensor forward(const torch::Tensor& x) override { return forward_range(x, 0, 4); }
+  // A chain of its four layers, nothing before or after them.
+  std::size_t chain_length() const override { return 4; }
   // Each layer a unit.
   std::vector<WrapUnit> wrap_units() override {
     return {{"fc1", fc1->parameters()}, {"fc2", fc2->parameters()}, {"fc3", fc3->parameters()}, {"fc4", fc4->parameters()}};
+  }
+
+ protected:
+  torch::Tensor chain_unit(std::size_t unit, const torch::Tensor& h) override {
+    switch (unit) {
+      case 0: return torch::relu(fc1->forward(h));
+      case 1: return torch::relu(fc2->forward(h));
+      case 2: return torch::relu(fc3->forward(h));
+      default: return fc4->forward(h);
+    }
   }
 
  private:

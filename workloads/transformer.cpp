@@ -33,18 +33,17 @@ class TransformerModel final : public DefaultConstructedModel<TransformerModel> 
     head = register_module("head", torch::nn::Linear(kEmbed, kVocab));
   }
   // input: [batch, sequence] token ids; output: [batch, sequence, vocab] logits.
-  torch::Tensor forward(const torch::Tensor& input) override {
-    const auto seq = input.size(1);
-    auto pos = torch::arange(seq, input.options());
-    auto h = tokens->forward(input) + positions->forward(pos).unsqueeze(0);
-    auto mask = torch::full({seq, seq}, -std::numeric_limits<float>::infinity(), h.options()).triu(1);
-    // The encoder's layers one by one, as its own forward runs them (it has no final norm), so each
-    // is a unit; LibTorch's encoder is sequence-first.
-    h = h.transpose(0, 1);
-    for (std::size_t i = 0; i < encoder->layers->size(); ++i)
-      h = call_unit(i, [&] { return encoder->layers->at<torch::nn::TransformerEncoderLayerImpl>(i).forward(h, mask); });
-    return head->forward(h.transpose(0, 1));
+  torch::Tensor forward(const torch::Tensor& input) override { return forward_range(input, 0, kLayers); }
+  // A chain of its encoder layers, run one by one as the encoder's own forward runs them (it has no
+  // final norm); the embeddings before, the head after. Between layers the hidden state is
+  // sequence-first, as LibTorch's encoder takes it.
+  std::size_t chain_length() const override { return kLayers; }
+  std::vector<torch::Tensor> chain_head_parameters() override {
+    auto p = tokens->parameters();
+    for (const auto& t : positions->parameters()) p.push_back(t);
+    return p;
   }
+  std::vector<torch::Tensor> chain_tail_parameters() override { return head->parameters(); }
   // Each encoder layer a unit; the embeddings and the head are the root's.
   std::vector<WrapUnit> wrap_units() override {
     std::vector<WrapUnit> units;
@@ -52,6 +51,19 @@ class TransformerModel final : public DefaultConstructedModel<TransformerModel> 
       units.push_back({"layer" + std::to_string(i), encoder->layers[i]->parameters()});
     return units;
   }
+
+ protected:
+  torch::Tensor chain_head(const torch::Tensor& input) override {
+    auto pos = torch::arange(input.size(1), input.options());
+    return (tokens->forward(input) + positions->forward(pos).unsqueeze(0)).transpose(0, 1);
+  }
+  torch::Tensor chain_unit(std::size_t i, const torch::Tensor& h) override {
+    // The causal mask from the sequence length: a stage of a pipeline gets the hidden state alone.
+    const auto seq = h.size(0);
+    auto mask = torch::full({seq, seq}, -std::numeric_limits<float>::infinity(), h.options()).triu(1);
+    return encoder->layers->at<torch::nn::TransformerEncoderLayerImpl>(i).forward(h, mask);
+  }
+  torch::Tensor chain_tail(const torch::Tensor& h) override { return head->forward(h.transpose(0, 1)); }
 
  private:
   torch::nn::Embedding tokens{nullptr}, positions{nullptr};

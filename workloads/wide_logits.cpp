@@ -18,12 +18,15 @@ class WideLogitsModel final : public DefaultConstructedModel<WideLogitsModel> {
     fc1 = register_module("fc1", torch::nn::Linear(kWideInputs, kWideHidden));
     fc2 = register_module("fc2", torch::nn::Linear(kWideHidden, kWideClasses));
   }
-  torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = call_unit(0, [&] { return torch::relu(fc1->forward(x)); });
-    return call_unit(1, [&] { return fc2->forward(h); });
-  }
+  torch::Tensor forward(const torch::Tensor& x) override { return forward_range(x, 0, 2); }
+  std::size_t chain_length() const override { return 2; }
   // Each layer a unit: fc2, the wide one, is most of the model.
   std::vector<WrapUnit> wrap_units() override { return {{"fc1", fc1->parameters()}, {"fc2", fc2->parameters()}}; }
+
+ protected:
+  torch::Tensor chain_unit(std::size_t unit, const torch::Tensor& h) override {
+    return unit == 0 ? torch::relu(fc1->forward(h)) : fc2->forward(h);
+  }
 
  private:
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};

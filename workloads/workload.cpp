@@ -46,6 +46,22 @@ std::vector<torch::Tensor> each_tensor_once(const std::vector<torch::Tensor>& te
 
 }  // namespace
 
+torch::Tensor WorkloadModel::chain_unit(std::size_t, const torch::Tensor&) {
+  throw std::logic_error("chain_unit on a model that is no chain: " + chain_refusal());
+}
+
+torch::Tensor WorkloadModel::forward_range(const torch::Tensor& x, std::size_t begin, std::size_t end) {
+  const std::size_t n = chain_length();
+  if (n == 0) throw std::logic_error("forward_range on a model that is no chain: " + chain_refusal());
+  if (begin >= end || end > n) {
+    throw std::logic_error("forward_range(" + std::to_string(begin) + ", " + std::to_string(end) + ") outside a chain of " +
+                           std::to_string(n) + " units");
+  }
+  torch::Tensor h = begin == 0 ? chain_head(x) : x;
+  for (std::size_t i = begin; i < end; ++i) h = call_unit(i, [&] { return chain_unit(i, h); });
+  return end == n ? chain_tail(h) : h;
+}
+
 std::vector<torch::Tensor> WorkloadModel::distinct_parameters() const { return each_tensor_once(parameters()); }
 std::vector<torch::Tensor> WorkloadModel::distinct_buffers() const { return each_tensor_once(buffers()); }
 std::vector<std::string> WorkloadModel::distinct_parameter_names() const {

@@ -67,7 +67,30 @@ class WorkloadModel : public torch::nn::Module {
   // default, and then call_unit costs one null test.
   void set_unit_hooks(UnitCallHooks* hooks) { unit_hooks_ = hooks; }
 
+  // The model as a chain, what a pipeline cuts between stages: input -> chain_head -> unit 0 -> ...
+  // -> unit n-1 -> chain_tail -> output, unit i being wrap_units()[i]'s computation. A chain model
+  // returns n here, implements the parts below and writes forward as forward_range(input, 0, n), so
+  // its forward is the chain by construction and no other strategy pays for it. 0 (the default):
+  // not a chain, and chain_refusal() says why, for a pipeline to refuse the model in one line.
+  virtual std::size_t chain_length() const { return 0; }
+  virtual std::string chain_refusal() const { return "its forward is not written as a chain of its wrap units"; }
+  // The parameters chain_head and chain_tail use; a tied one is in both (gpt2's token embedding is
+  // also its output projection).
+  virtual std::vector<torch::Tensor> chain_head_parameters() { return {}; }
+  virtual std::vector<torch::Tensor> chain_tail_parameters() { return {}; }
+  // Units [begin, end) of the chain on `x`, one unit at least (a pipeline stage holds one or more):
+  // chain_head first where begin is 0, chain_tail after where end is chain_length(), each unit
+  // through call_unit. Throws std::logic_error on a model that is no chain, an empty range or one
+  // outside the chain.
+  torch::Tensor forward_range(const torch::Tensor& x, std::size_t begin, std::size_t end);
+
  protected:
+  // A chain's parts (see chain_length): what comes before the first unit, unit `unit`'s own
+  // computation on what the one before it gave, and what comes after the last.
+  virtual torch::Tensor chain_head(const torch::Tensor& input) { return input; }
+  virtual torch::Tensor chain_unit(std::size_t unit, const torch::Tensor& hidden);
+  virtual torch::Tensor chain_tail(const torch::Tensor& hidden) { return hidden; }
+
   // The hooks installed, or null: for a model that runs its units some other way than call_unit
   // (a TorchScript module's, models/scripted_units.h).
   UnitCallHooks* unit_hooks() const { return unit_hooks_; }

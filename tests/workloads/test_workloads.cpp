@@ -3,6 +3,7 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <map>
 
 #include "devices/counting_allocator.h"
@@ -112,6 +113,59 @@ TEST_P(EveryWorkload, FactsArePositive) {
   EXPECT_GT(f.parameters, 0);
   EXPECT_EQ(f.gradient_bytes, f.parameters * 4);  // fp32
   EXPECT_GT(f.flops_per_sample, 0);
+}
+
+// The pipeline's view (WorkloadModel::chain_length): every built-in workload is a chain of its wrap
+// units, and cutting it between any two units and running the two pieces one after the other is
+// its forward, bit for bit; the head's, the units' and the tail's parameters cover the model, a
+// unit's in no other part (a tied weight may be the head's and the tail's).
+TEST_P(EveryWorkload, ForwardIsItsChainCutAnywhere) {
+  torch::manual_seed(9);
+  auto model = workload().make_model();
+  const std::size_t n = model->chain_length();
+  ASSERT_GT(n, 0u) << model->chain_refusal();
+  ASSERT_EQ(n, model->wrap_units().size());
+  const auto data = workload().make_dataset(2, 1);
+  torch::NoGradGuard no_grad;
+  const auto whole = model->forward(data.inputs);
+  EXPECT_TRUE(torch::equal(model->forward_range(data.inputs, 0, n), whole));
+  for (std::size_t cut = 1; cut < n; ++cut) {
+    const auto pieces = model->forward_range(model->forward_range(data.inputs, 0, cut), cut, n);
+    EXPECT_TRUE(torch::equal(pieces, whole)) << "cut before unit " << cut;
+  }
+  // Every stage holds a unit at least: an empty range has no place for the head or the tail.
+  EXPECT_THROW(model->forward_range(data.inputs, 1, 1), std::logic_error);
+  EXPECT_THROW(model->forward_range(data.inputs, 0, n + 1), std::logic_error);
+}
+
+TEST_P(EveryWorkload, TheChainsPartsHoldEveryParameterAndAUnitsOnlyInIt) {
+  torch::manual_seed(9);
+  auto model = workload().make_model();
+  std::map<const void*, int> parts;  // how many of head, units and tail use each tensor
+  const auto note = [&](const std::vector<torch::Tensor>& tensors) {
+    for (const auto& t : tensors) ++parts[t.unsafeGetTensorImpl()];
+  };
+  note(model->chain_head_parameters());
+  note(model->chain_tail_parameters());
+  for (const auto& unit : model->wrap_units()) {
+    for (const auto& t : unit.parameters) {
+      EXPECT_EQ(parts.count(t.unsafeGetTensorImpl()), 0u) << "a unit's parameter is also the head's or the tail's";
+    }
+    note(unit.parameters);
+  }
+  for (const auto& p : model->distinct_parameters()) {
+    const auto it = parts.find(p.unsafeGetTensorImpl());
+    ASSERT_NE(it, parts.end()) << "a parameter in no part of the chain";
+    EXPECT_LE(it->second, 2);
+  }
+}
+
+TEST(Workloads, Gpt2sTiedEmbeddingIsItsChainsHeadAndTail) {
+  torch::manual_seed(9);
+  auto model = WorkloadRegistry::instance().get("gpt2").make_model();
+  const auto head = model->chain_head_parameters(), tail = model->chain_tail_parameters();
+  const auto wte = head.front();
+  EXPECT_TRUE(std::any_of(tail.begin(), tail.end(), [&](const torch::Tensor& t) { return t.is_same(wte); }));
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, EveryWorkload, ::testing::ValuesIn(WorkloadRegistry::instance().names()),
