@@ -9,7 +9,9 @@ What is predicted, and from what:
   (world 2, torchrun-style);
 each from world-1 runs, a micro-benchmark and one calibration run only:
 - the network: alpha and bandwidth fitted to ddpbench-micro's Gloo all-reduce times (loopback), and
-  for the namespaces the shaped rate as the link's bandwidth (what a datasheet would say);
+  for the namespaces the shaped rate as the link's bandwidth (what a datasheet would say), its
+  efficiency range widened to what the calibration runs over the link reached (ddp's and zero1's
+  large collectives), as ddpbench-project --link-run does;
 - compute: a world-1 run at the per-rank batch (global batch / N), projected with weak scaling to
   world N. This VM has 2 cores and a rank uses one (--threads 1): at world 3 and 4 the ranks
   outnumber the cores, and the network description says so (compute_slots_per_node: the cores;
@@ -17,7 +19,8 @@ each from world-1 runs, a micro-benchmark and one calibration run only:
   communication are slowed in proportion. A GPU node has no such sharing; this is the part of the
   model that only a CPU host exercises;
 - compute slowed by communication (projection/slowdown.py): fitted from a calibration run of ddp at
-  world 2 (a run of its own, not the one a case is measured by) against the world-1 single run.
+  world 2 (a run of its own, not the one a case is measured by; over a namespace link, zero1 runs in
+  it too) against the world-1 single run.
 Each case is predicted twice, by the model as it was before issue 48 (no slow-down; the links are
 fitted, so their efficiency is 1.0 either way) and as it is, with its band; the summary gives signed
 errors for both and how many measured times fell inside the band.
@@ -57,12 +60,16 @@ from dataclasses import replace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from projection import model, network, slowdown  # noqa: E402
+from projection import link_run, model, network, slowdown  # noqa: E402
 from reports import results, stats  # noqa: E402
 
 
 STRATEGIES = ("ddp", "dp", "zero1", "zero2", "fsdp")
 NETNS_STRATEGIES = ("ddp", "zero1", "zero2", "fsdp")  # dp is one process: it has no two-node form
+# What runs over a namespace link before the measured run: ddp (the compute slow-down is fitted from
+# it) and zero1 (its exchanges reach less of the link than ddp's all-reduce; with ddp's, they are
+# what --link-run widens the link's efficiency range by).
+NETNS_CALIBRATION = ("ddp", "zero1")
 # What a user would state for a token-bucket-shaped Ethernet link, from the frame, not fitted: tbf
 # charges every byte of every frame, and for a GSO packet the kernel adds each segment's headers as
 # if it were already cut into frames (net/core/dev.c, qdisc_pkt_len_init). So TCP over IPv4 with
@@ -226,10 +233,28 @@ class Validation:
         return network.Network(name=f"veth-{mbit}mbit", devices_per_node=1, intra=link, inter=link,
                                nics_per_node=1, sources=[link.source])
 
+    def measured_link(self, mbit, workload, round_):
+        """The namespace link with its efficiency range widened, as ddpbench-project --link-run does, by
+        what the calibration runs over it this round measured so far: this workload's and those of the
+        workloads before it (a transformer's collectives are too small to show the link's bandwidth,
+        mlp's are not). Where none shows it, the link as stated."""
+        net = self.shaped_network(mbit)
+        workloads = self.args.workloads.split(",")
+        runs = [os.path.join(self.files, f"{w}-calibration-netns-{mbit}mbit-round{round_}.json")
+                for w in workloads[:workloads.index(workload) + 1]]
+        docs = [results.load(r) for r in runs if os.path.isfile(r)]
+        if not docs:
+            return net
+        merged = dict(docs[-1], benchmarks=[b for d in docs for b in d["benchmarks"]])
+        try:
+            return link_run.widen(net, merged, f"calibration runs over the {mbit} Mbit/s link, round {round_}")
+        except link_run.LinkRunError:
+            return net
+
     def netns_predictions(self, workload, mbit, round_):
         calibration = os.path.join(self.files, f"{workload}-calibration-netns-{mbit}mbit-round{round_}.json")
         measured = os.path.join(self.files, f"{workload}-measured-netns-{mbit}mbit-round{round_}.json")
-        net = self.shaped_network(mbit)
+        net = self.measured_link(mbit, workload, round_)
         base = (self.base_for_two[0], calibration)
         for strategy in NETNS_STRATEGIES:
             self.record(f"two namespaces, {mbit} Mbit/s", workload, strategy, 2,
@@ -262,9 +287,10 @@ class Validation:
                 for i in range(2):
                     run(["tc", "-n", ns[i], "qdisc", "replace", "dev", ifs[i], "root", "tbf", "rate", f"{mbit}mbit",
                          "burst", self.args.netns_burst, "latency", "100ms"])
-                # The slow-down on this link is fitted from a ddp run of its own over it, as on loopback.
+                # The slow-down on this link is fitted from a ddp run of its own over it, as on
+                # loopback, and the link's efficiency range widened by what it and zero1 reached.
                 calibration = os.path.join(self.files, f"{workload}-calibration-netns-{mbit}mbit-round{round_}.json")
-                self.run_in_namespaces(ns, ifs, addrs, ("ddp",), batch, workload, calibration)
+                self.run_in_namespaces(ns, ifs, addrs, NETNS_CALIBRATION, batch, workload, calibration)
                 measured = os.path.join(self.files, f"{workload}-measured-netns-{mbit}mbit-round{round_}.json")
                 self.run_in_namespaces(ns, ifs, addrs, NETNS_STRATEGIES, batch, workload, measured)
                 self.netns_predictions(workload, mbit, round_)

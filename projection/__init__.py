@@ -1,6 +1,7 @@
 """Projection: what a measured ddpbench workload will do at world sizes and on networks it did not run on.
 
 network.py     links and machines as data: presets with their sources, files, fits to measured all-reduce times
+link_run.py    the inter-node link's efficiency range widened to what a ddpbench run across nodes reached (--link-run)
 collectives.py the cost of an all-reduce, broadcast or reduce under an alpha-beta model (ring and tree, NCCL's way),
                and a shaped link's token bucket
 slowdown.py    compute slowed by communication: backward's factor and the CPU's cost per byte sent, fitted or stated

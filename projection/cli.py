@@ -2,7 +2,8 @@
 
     ddpbench-project RESULTS.json [--world 8,64,512] [--gpus-per-node 8]
                      [--network nvlink4+ndr400 | --network FILE] [--scaling weak|strong]
-                     [--strategy LIST] [--device-memory 80GiB] [--json OUT.json] [--chart OUT.png]
+                     [--link-run RUN.json] [--strategy LIST] [--device-memory 80GiB] [--json OUT.json]
+                     [--chart OUT.png]
 
 For every measured workload: the predicted step time, throughput and scaling efficiency of ddp
 (the measured bucket timeline replayed against the network's all-reduce cost), dp (one node),
@@ -11,7 +12,9 @@ all-gather costs), with the memory per device of ddp and the sharded three (ZeRO
 the measured rest), and every assumption printed next to the numbers. --device-memory answers, at
 each world size, which of them fit in that much a device and which of those is fastest. FILE is a network
 description, ddpbench-micro's JSON or nccl-tests' all_reduce_perf output (alpha and bandwidth
-fitted). docs/projection.md has the model and where it is known to be wrong.
+fitted). RUN.json, a ddpbench run of ddp, zero1 or zero2 across two nodes or more of the target
+network, widens the inter-node link's efficiency range to what its large collectives reached over
+it. docs/projection.md has the model and where it is known to be wrong.
 """
 import argparse
 import json
@@ -19,7 +22,7 @@ import math
 import os
 import sys
 
-from projection import answers, model, network
+from projection import answers, link_run, model, network
 from reports import files, projection_file, results
 from reports.args import EXIT_BAD_INPUT, OneLineParser
 SCHEMA_VERSION = projection_file.SCHEMA_VERSION  # what the report reads back (reports/projection_file.py)
@@ -144,6 +147,9 @@ def main(argv=None):
     p.add_argument("--network", default="nvlink4+ndr400",
                    help="INTRA+INTER presets (default nvlink4+ndr400) or a file: a network description, "
                         "ddpbench-micro JSON or nccl-tests output")
+    p.add_argument("--link-run", metavar="RUN.json",
+                   help="a ddpbench run across two nodes or more of this network (ddp, zero1 or zero2): the "
+                        "inter-node link's efficiency range widened to what its collectives reached")
     p.add_argument("--scaling", choices=("weak", "strong"), default="weak",
                    help="weak (default): each rank keeps its measured batch; strong: the global batch is split")
     p.add_argument("--strategy", default=None,
@@ -160,7 +166,8 @@ def main(argv=None):
     if unknown or strategies == []:
         p.error(f"--strategy: {','.join(unknown) or args.strategy!r} is not one of {', '.join(model.STRATEGIES)}")
     try:
-        inputs = [args.results] + ([args.network] if os.path.exists(args.network) else [])
+        inputs = ([args.results] + ([args.network] if os.path.exists(args.network) else [])
+                  + ([args.link_run] if args.link_run else []))
         _check_output("--json", args.json_out, inputs)
         _check_output("--chart", args.chart, inputs)
         if args.json_out and args.chart and _same_file(args.json_out, args.chart):
@@ -170,6 +177,8 @@ def main(argv=None):
             raise results.ResultsError(f"{args.results}: a ddpbench-micro file; pass it as --network, and a "
                                        f"ddpbench run as RESULTS")
         net = network.load(args.network, args.gpus_per_node)
+        if args.link_run:
+            net = link_run.load_and_widen(net, args.link_run)
         projections = model.project_file(doc, net, args.world, args.scaling,
                                          strategies or model.default_strategies(doc))
     except (results.ResultsError, network.NetworkError) as e:
