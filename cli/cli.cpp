@@ -19,6 +19,7 @@
 #include "strategies/strategy.h"
 #include "compat/torch_compat.h"
 #include "models/workload_sources.h"
+#include "pipeline/schedule.h"
 #include "workloads/gpt2_size.h"
 #include "workloads/workload.h"
 
@@ -303,6 +304,12 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_option("--workers", hogwild_workers,
                  "hogwild: workers over the world size's devices, round-robin (default: one per device; on CUDA all "
                  "share device 0, each on its own stream)");
+  std::string pp_schedule, microbatches, stages_per_rank;
+  app.add_option("--pp-schedule", pp_schedule,
+                 "pp: naive (one batch, one stage busy at a time) | gpipe | 1f1b (default) | interleaved-1f1b");
+  app.add_option("--microbatches", microbatches,
+                 "pp: micro-batches a step (default: 2 x stages, or the most below that which divides the batch)");
+  app.add_option("--stages-per-rank", stages_per_rank, "pp, interleaved-1f1b: model chunks a rank holds (default 2)");
   std::string trace_dir;
   app.add_option("--trace", trace_dir, "write a Chrome trace-event file per rank into this directory");
   app.add_flag("--list", list, "list every strategy and workload, one line each");
@@ -483,6 +490,28 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (given && !runs_hogwild) {
       throw UsageError(std::string(flag) + ": applies to hogwild only, which --strategy does not include");
     }
+  }
+  auto& pp = r.strategy.pipeline;
+  if (!pp_schedule.empty()) {
+    const auto kind = pipeline::parse_schedule(pp_schedule);
+    if (!kind) throw UsageError("--pp-schedule: unknown schedule '" + pp_schedule + "' (naive, gpipe, 1f1b, interleaved-1f1b)");
+    pp.schedule = *kind;
+  }
+  if (!microbatches.empty()) pp.microbatches = static_cast<int>(parse_count("--microbatches", microbatches, 1, 1 << 20));
+  if (!stages_per_rank.empty()) pp.stages_per_rank = static_cast<int>(parse_count("--stages-per-rank", stages_per_rank, 1, 1024));
+  for (const auto& [flag, given] : std::vector<std::pair<const char*, bool>>{
+           {"--pp-schedule", !pp_schedule.empty()}, {"--microbatches", !microbatches.empty()},
+           {"--stages-per-rank", !stages_per_rank.empty()}}) {
+    if (given && !runs_any_of({"pp"})) throw UsageError(std::string(flag) + ": applies to pp only, which --strategy does not include");
+  }
+  // What the schedule refuses whatever the world and batch: --stages-per-rank outside
+  // interleaved-1f1b, or below 2 in it; --microbatches under naive. (The rest depends on the case:
+  // pp skips a case whose world or batch its shape does not fit, saying why.)
+  if (!stages_per_rank.empty() || (pp.schedule == pipeline::ScheduleKind::Naive && !microbatches.empty())) {
+    pipeline::PipelineShape shape;
+    shape.microbatches = pp.microbatches > 0 ? pp.microbatches : 1;
+    shape.chunks_per_rank = pp.stages_per_rank > 0 ? pp.stages_per_rank : 1;
+    if (auto why = pipeline::invalid_shape(pp.schedule, shape)) throw UsageError(*why);
   }
   if (no_json && app.count("--json") > 0) throw UsageError("--no-json: cannot be given with --json " + json);
   if (no_json) {

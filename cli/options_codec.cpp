@@ -4,6 +4,7 @@
 
 #include "base/errors.h"
 #include "base/json_optional.h"
+#include "pipeline/schedule.h"
 
 namespace ddpbench {
 
@@ -55,6 +56,9 @@ std::string encode_rank_options(const RankOptions& options) {
                 {"checkpoint_every", ddp.checkpoint_every}};
   doc["fsdp"] = {{"reshard_after_forward", r.strategy.fsdp.reshard_after_forward},
                  {"prefetch", r.strategy.fsdp.prefetch}};
+  doc["pp"] = {{"schedule", pipeline::to_string(r.strategy.pipeline.schedule)},
+               {"microbatches", r.strategy.pipeline.microbatches},
+               {"stages_per_rank", r.strategy.pipeline.stages_per_rank}};
   const auto& hogwild = r.strategy.hogwild;
   doc["hogwild"] = {{"mode", to_string(hogwild.mode)}, {"sync_every", hogwild.sync_every}, {"workers", hogwild.workers}};
   doc["devices"] = {{"device", options.devices.device},
@@ -104,6 +108,12 @@ RankOptions decode_rank_options(const std::string& text) {
     const auto& fsdp = doc.at("fsdp");
     r.strategy.fsdp.reshard_after_forward = fsdp.at("reshard_after_forward").get<bool>();
     r.strategy.fsdp.prefetch = fsdp.at("prefetch").get<bool>();
+    const auto& pp = doc.at("pp");
+    const auto schedule = pipeline::parse_schedule(pp.at("schedule").get<std::string>());
+    if (!schedule) throw UsageError("--rank-options: unknown pp schedule " + pp.at("schedule").dump());
+    r.strategy.pipeline.schedule = *schedule;
+    r.strategy.pipeline.microbatches = pp.at("microbatches").get<int>();
+    r.strategy.pipeline.stages_per_rank = pp.at("stages_per_rank").get<int>();
     const auto& hogwild = doc.at("hogwild");
     r.strategy.hogwild.mode = hogwild_mode_from(hogwild.at("mode").get<std::string>());
     r.strategy.hogwild.sync_every = hogwild.at("sync_every").get<int>();

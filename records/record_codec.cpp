@@ -119,7 +119,14 @@ std::string encode(const RepetitionRecord& r) {
             {"reduce_scatter_bytes_per_step", r.comm->reduce_scatter_bytes_per_step},
             {"all_gather_bytes_per_step", r.comm->all_gather_bytes_per_step},
             {"reduce_scatter_seconds_per_step", r.comm->reduce_scatter_seconds_per_step},
-            {"all_gather_seconds_per_step", r.comm->all_gather_seconds_per_step}};
+            {"all_gather_seconds_per_step", r.comm->all_gather_seconds_per_step},
+            {"point_to_point_bytes_per_step", r.comm->point_to_point_bytes_per_step},
+            {"pipeline", nullptr}};
+    if (const auto& p = r.comm->pipeline) {
+      comm["pipeline"] = {{"schedule", p->schedule}, {"stages", p->stages}, {"microbatches", p->microbatches},
+                          {"chunks_per_rank", p->chunks_per_rank}, {"stage_units", p->stage_units},
+                          {"expected_bubble", p->expected_bubble}};
+    }
   }
   return json{{"index", r.index},
               {"step_seconds", r.step_seconds},
@@ -162,6 +169,17 @@ RepetitionRecord decode_repetition(const std::string& text) {
       s.all_gather_bytes_per_step = c.at("all_gather_bytes_per_step").get<std::int64_t>();
       s.reduce_scatter_seconds_per_step = c.at("reduce_scatter_seconds_per_step").get<double>();
       s.all_gather_seconds_per_step = c.at("all_gather_seconds_per_step").get<double>();
+      s.point_to_point_bytes_per_step = c.at("point_to_point_bytes_per_step").get<std::int64_t>();
+      if (const auto& p = c.at("pipeline"); !p.is_null()) {
+        CommSummary::Pipeline line;
+        line.schedule = p.at("schedule").get<std::string>();
+        line.stages = p.at("stages").get<int>();
+        line.microbatches = p.at("microbatches").get<int>();
+        line.chunks_per_rank = p.at("chunks_per_rank").get<int>();
+        line.stage_units = p.at("stage_units").get<std::vector<std::pair<std::int64_t, std::int64_t>>>();
+        line.expected_bubble = p.at("expected_bubble").get<double>();
+        s.pipeline = line;
+      }
       for (const auto& b : c.at("bucket_timeline")) {
         s.bucket_timeline.push_back({b.at("bytes").get<std::int64_t>(), b.at("ready_seconds").get<double>(),
                                      b.at("allreduce_seconds").get<double>()});

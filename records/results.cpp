@@ -26,7 +26,7 @@ std::optional<double> RepetitionRecord::straggler_spread() const {
   std::vector<double> own_work;
   for (const auto& r : ranks) {
     double waiting = 0;
-    for (Phase p : {Phase::CommExposed, Phase::ReduceScatterExposed, Phase::AllGatherExposed}) {
+    for (Phase p : {Phase::CommExposed, Phase::ReduceScatterExposed, Phase::AllGatherExposed, Phase::PipelineWait}) {
       waiting += r.phase_seconds[static_cast<int>(p)];
     }
     own_work.push_back(r.mean_step_seconds - waiting);
@@ -41,7 +41,7 @@ std::int64_t ring_bytes_sent(const CommSummary& comm) {
   if (n < 2) return 0;
   const std::int64_t payload =
       2 * comm.bytes_per_step + comm.reduce_scatter_bytes_per_step + comm.all_gather_bytes_per_step;
-  return payload * (n - 1) / n;
+  return payload * (n - 1) / n + comm.point_to_point_bytes_per_step;
 }
 
 std::optional<std::int64_t> other_peak_bytes(const DeviceMemory& memory) {

@@ -64,7 +64,8 @@ struct RepetitionRecord {
 
 // The bytes each rank sends per step where every collective is NCCL's ring: an all-reduce sends
 // 2(N-1)/N of its payload, a reduce-scatter or an all-gather (N-1)/N. The measure by which ZeRO's
-// table compares the strategies (1x ddp for zero1 and zero2, 1.5x for fsdp).
+// table compares the strategies (1x ddp for zero1 and zero2, 1.5x for fsdp). pp's sends to its
+// neighbouring stages are added as they are.
 std::int64_t ring_bytes_sent(const CommSummary& comm);
 // nccl-tests' bus bandwidth of the gradient all-reduce: bytes x 2(n-1)/n / time, in bytes/s.
 std::optional<double> bus_bandwidth(const CommSummary& comm);

@@ -28,7 +28,7 @@ from . import projection_file, results, stats  # noqa: E402
 
 PHASE_ORDER = ["data", "replicate", "scatter", "forward", "gather_loss", "backward", "reduce", "comm_exposed",
                "reduce_scatter_exposed", "all_gather_exposed",
-               "worker_wait", "optimizer", "checkpoint", "residual"]
+               "worker_wait", "pipeline_wait", "optimizer", "checkpoint", "residual"]
 
 
 class Case:

@@ -16,6 +16,7 @@
 #include "devices/memory_probe.h"
 #include "timing/phase_recorder.h"
 #include "devices/precision.h"
+#include "pipeline/schedule.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {
@@ -52,10 +53,18 @@ struct FsdpOptions {
   bool prefetch = true;               // --no-prefetch: each all-gather when its unit needs it
 };
 
+// pp's shape (docs/pipeline.md).
+struct PipelineOptions {
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;  // --pp-schedule
+  int microbatches = 0;     // --microbatches; 0: 2 x stages, or the most below that divides the batch
+  int stages_per_rank = 0;  // --stages-per-rank; 0: 2 under interleaved-1f1b, else 1
+};
+
 struct StrategyOptions {
   DdpOptions ddp;
   HogwildOptions hogwild;
   FsdpOptions fsdp;
+  PipelineOptions pipeline;
 };
 
 // One point of the sweep: a workload under a strategy on `world_size` devices.
@@ -99,6 +108,19 @@ struct CommSummary {
     bool root = false;
   };
   std::vector<ShardedUnit> units;
+  // pp: activations and their gradients sent to the neighbouring stages, per rank and step, and
+  // the pipeline that ran: its schedule, shape, each stage's chain units [begin, end) and the
+  // bubble its formula gives for equal stages (pipeline::expected_bubble).
+  std::int64_t point_to_point_bytes_per_step = 0;
+  struct Pipeline {
+    std::string schedule;
+    int stages = 0;
+    int microbatches = 0;
+    int chunks_per_rank = 1;
+    std::vector<std::pair<std::int64_t, std::int64_t>> stage_units;
+    double expected_bubble = 0;
+  };
+  std::optional<Pipeline> pipeline;
 };
 
 // What an asynchronous strategy's workers did since the last reset: how stale their updates were.
@@ -236,6 +258,9 @@ struct StrategyInfo {
   // On CUDA it computes on device 0 alone, however many GPUs there are (hogwild's workers share it),
   // so its peak rate is one GPU's.
   bool one_cuda_device = false;
+  // It runs the model as a chain cut into stages (WorkloadModel::chain_length): a model that is not
+  // written as one (a TorchScript file, a plug-in that declares none) is skipped, saying so.
+  bool needs_chain = false;
 };
 
 class StrategyRegistry {

@@ -22,6 +22,7 @@ const char* phase_name(Phase phase) {
     case Phase::ReduceScatterExposed: return "reduce_scatter_exposed";
     case Phase::AllGatherExposed: return "all_gather_exposed";
     case Phase::WorkerWait: return "worker_wait";
+    case Phase::PipelineWait: return "pipeline_wait";
     case Phase::Optimizer: return "optimizer";
     case Phase::Checkpoint: return "checkpoint";
     case Phase::kCount: break;

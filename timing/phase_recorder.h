@@ -24,6 +24,7 @@ enum class Phase : int {
   ReduceScatterExposed,  // sharded strategies: reduce-scatters backward did not hide
   AllGatherExposed,      // sharded strategies: all-gathers of parameters nothing hid
   WorkerWait,  // asynchronous workers: the step's end waits for the last worker's update
+  PipelineWait,  // pp: a stage waits on its neighbours' sends (the bubble, and transfers not hidden)
   Optimizer,
   Checkpoint,
   kCount

@@ -74,6 +74,39 @@ void add_sharded_lines(const std::vector<const CaseRecord*>& cases, std::vector<
   }
 }
 
+// A pipeline's bubble beside its formula's for equal stages, and why they part: a stage that
+// computes longer than the others (every other waits for it), or, where the stages are even, the
+// sends and receives nothing hid. From the last repetition's ranks.
+void add_pipeline_lines(const std::vector<const CaseRecord*>& cases, std::vector<std::string>& lines) {
+  for (const CaseRecord* c : cases) {
+    const auto& r = c->repetitions.back();
+    if (!r.comm || !r.comm->pipeline || r.ranks.empty()) continue;
+    const auto& p = *r.comm->pipeline;
+    double waiting = 0, most = 0, least = -1;
+    int busiest = 0;
+    for (const auto& rank : r.ranks) {
+      const double wait = rank.phase_seconds[static_cast<int>(Phase::PipelineWait)];
+      waiting += rank.mean_step_seconds > 0 ? wait / rank.mean_step_seconds : 0;
+      const double busy = rank.mean_step_seconds - wait;
+      if (busy > most) {
+        most = busy;
+        busiest = rank.rank;
+      }
+      if (least < 0 || busy < least) least = busy;
+    }
+    waiting /= static_cast<double>(r.ranks.size());
+    std::string line = c->spec.name() + ": " + p.schedule + ", " + std::to_string(p.stages) + " stages, " +
+                       std::to_string(p.microbatches) + " micro-batches: waiting on neighbours " +
+                       format("%.0f%% of the step against %.0f%% for equal stages", 100 * waiting, 100 * p.expected_bubble);
+    if (least > 0 && most / least >= 1.1) {
+      line += "; rank " + std::to_string(busiest) + format(" computes %.2fx as long as the least busy", most / least);
+    } else if (waiting > p.expected_bubble + 0.05) {
+      line += "; the ranks compute within 10% of each other, so the rest is sends and receives nothing hid";
+    }
+    lines.push_back(line);
+  }
+}
+
 }  // namespace
 
 std::vector<WorkloadExplanation> explain(const RunRecord& record) {
@@ -120,6 +153,7 @@ std::vector<WorkloadExplanation> explain(const RunRecord& record) {
       e.lines.push_back(line);
     }
     add_sharded_lines(cases, e.lines);
+    add_pipeline_lines(cases, e.lines);
     out.push_back(std::move(e));
   }
   return out;

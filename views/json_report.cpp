@@ -8,6 +8,7 @@
 #include "views/explain.h"
 #include "base/json_optional.h"
 #include "base/stats.h"
+#include "pipeline/schedule.h"
 
 namespace ddpbench {
 namespace {
@@ -27,7 +28,10 @@ json strategy_settings_json(const StrategyOptions& o) {
           {"fsdp", {{"reshard_after_forward", o.fsdp.reshard_after_forward}, {"prefetch", o.fsdp.prefetch},
                     {"overlap", o.ddp.overlap}}},
           {"hogwild", {{"mode", to_string(o.hogwild.mode)}, {"sync_every", o.hogwild.sync_every},
-                       {"workers", o.hogwild.workers}}}};
+                       {"workers", o.hogwild.workers}}},
+          {"pp", {{"schedule", pipeline::to_string(o.pipeline.schedule)},
+                  {"microbatches", o.pipeline.microbatches == 0 ? json(nullptr) : json(o.pipeline.microbatches)},
+                  {"stages_per_rank", o.pipeline.stages_per_rank == 0 ? json(nullptr) : json(o.pipeline.stages_per_rank)}}}};
 }
 
 json context_json(const RunRecord& record) {
@@ -209,7 +213,32 @@ json comm_json(const std::optional<CommSummary>& comm) {
           {"all_gather_bytes_per_step", comm->all_gather_bytes_per_step},
           {"reduce_scatter_ms", comm->reduce_scatter_seconds_per_step * 1e3},
           {"all_gather_ms", comm->all_gather_seconds_per_step * 1e3},
-          {"bytes_sent_per_step", ring_bytes_sent(*comm)}};
+          {"bytes_sent_per_step", ring_bytes_sent(*comm)},
+          {"point_to_point_bytes_per_step", comm->point_to_point_bytes_per_step}};
+}
+
+// The pipeline that ran and its bubble measured on each rank (the share of its step it waited on
+// its neighbours: pipeline_wait) beside the formula's for equal stages.
+json pipeline_json(const CommSummary::Pipeline& p, const RepetitionRecord& r) {
+  json by_rank = json::array();
+  double sum = 0;
+  for (const auto& rank : r.ranks) {
+    const double share = rank.mean_step_seconds > 0
+                             ? rank.phase_seconds[static_cast<int>(Phase::PipelineWait)] / rank.mean_step_seconds
+                             : 0.0;
+    by_rank.push_back(share);
+    sum += share;
+  }
+  json units = json::array();
+  for (const auto& [begin, end] : p.stage_units) units.push_back({begin, end});
+  return {{"schedule", p.schedule},
+          {"stages", p.stages},
+          {"microbatches", p.microbatches},
+          {"chunks_per_rank", p.chunks_per_rank},
+          {"stage_units", units},
+          {"expected_bubble", p.expected_bubble},
+          {"bubble", r.ranks.empty() ? json(nullptr) : json(sum / static_cast<double>(r.ranks.size()))},
+          {"bubble_by_rank", by_rank}};
 }
 
 json ranks_json(const CaseRecord& c, const RepetitionRecord& r) {
@@ -332,6 +361,7 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     f["loss_curve"] = {{"samples_seen", curve_samples}, {"loss", curve_loss}};
     if (r.async) f["async"] = async_json(*r.async);
     if (r.comm) f["comm"] = comm_json(r.comm);
+    if (r.comm && r.comm->pipeline) f["pipeline"] = pipeline_json(*r.comm->pipeline, r);
     if (!r.ranks.empty()) {
       f["ranks"] = ranks_json(c, r);
       f["straggler_spread"] = optional_to_json(r.straggler_spread());

@@ -145,6 +145,9 @@ struct WorkloadFacts {
   // no wrap unit, or named by two (units_as_sharded); all of them for a model of one unit.
   std::int64_t root_parameter_bytes = 0;
   double flops_per_sample = 0;  // forward + backward, multiply-adds counted as two
+  // The model as a chain (WorkloadModel::chain_length; 0: none, and chain_refusal says why).
+  std::size_t chain_length = 0;
+  std::string chain_refusal;
 };
 
 // Run-wide choices that some workloads size themselves by: gpt2 takes its tokens per sample and

@@ -69,6 +69,9 @@ TEST(RankOptions, EveryFlagOfHelpSurvivesTheTripToARank) {
       {"--hogwild-mode", {"--hogwild-mode", "processes"}},
       {"--sync-every", {"--sync-every", "2"}},
       {"--workers", {"--workers", "3"}},
+      {"--pp-schedule", {"--pp-schedule", "gpipe", "--strategy", "pp"}},
+      {"--microbatches", {"--microbatches", "3", "--strategy", "pp"}},
+      {"--stages-per-rank", {"--stages-per-rank", "3", "--pp-schedule", "interleaved-1f1b", "--strategy", "pp"}},
       {"--workload-lib", {"--workload-lib", DDPBENCH_EXAMPLE_PLUGIN, "--workload", "swish-mlp"}},
   };
   // The launching process's own flags, and those tested on their way elsewhere.

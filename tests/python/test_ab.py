@@ -127,7 +127,8 @@ def test_each_strategy_runs_on_its_own_both_sides_back_to_back_first_side_altern
 def test_which_strategies_a_round_runs():
     assert ab.strategies(DDPBENCH, ["--strategy", "ddp,single"]) == ["ddp", "single"]
     assert ab.strategies(DDPBENCH, ["--strategy=hogwild"]) == ["hogwild"]
-    assert ab.strategies(DDPBENCH, []) == ["single", "dp", "dp-loss-in-model", "ddp", "hogwild", "zero1", "zero2", "fsdp"]
+    assert ab.strategies(DDPBENCH, []) == ["single", "dp", "dp-loss-in-model", "ddp", "hogwild", "zero1", "zero2", "fsdp",
+                                           "pp"]
     assert ab.strategies(DDPBENCH, ["--strategy", "all"]) == ab.strategies(DDPBENCH, [])
     assert ab.with_strategy(["--steps", "3", "--strategy", "all", "--strategy=dp"], "ddp") == [
         "--steps", "3", "--strategy", "ddp"]

@@ -150,10 +150,10 @@ def test_a_folder_that_layers_does_not_know_fails(tree):
 
 def test_a_readme_that_says_otherwise_fails(tree):
     readme = tree / "views" / "README.md"
-    readme.write_text(readme.read_text().replace("May use: base, records", "May use: base, records, run"))
+    readme.write_text(readme.read_text().replace("May use: base, pipeline, records", "May use: base, pipeline, records, run"))
     r = check(tree)
     assert r.returncode == 1
-    assert "views/README.md: 'May use:' says base, records, run, LAYERS says base, records" in r.stdout
+    assert "views/README.md: 'May use:' says base, pipeline, records, run, LAYERS says base, pipeline, records" in r.stdout
 
 
 def test_a_layer_that_uses_one_above_it_is_a_cycle(tree):

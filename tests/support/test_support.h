@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "strategies/strategy.h"
 #include "workloads/workload.h"
 
 namespace ddpbench::testing {
@@ -249,6 +250,21 @@ inline std::vector<std::string> suite_workloads() {
     if (w != "gpt2") out.push_back(w);
   }
   return out;
+}
+
+// A case of a strategy that cuts the model into stages (pp), on a model not written as a chain (a
+// TorchScript file, the example plug-in): whether it was skipped, after checking that it says why.
+// False for a case of any other strategy, or one that ran; the caller checks those as usual.
+inline bool skipped_as_no_chain(const nlohmann::json& ddpbench_case) {
+  const auto strategy = ddpbench_case.at("strategy").get<std::string>();
+  if (!::ddpbench::StrategyRegistry::instance().get(strategy).needs_chain || ddpbench_case.at("status") != "skipped") {
+    return false;
+  }
+  const auto reason = ddpbench_case.at("reason").get<std::string>();
+  if (reason.find("not written as a chain") == std::string::npos) {
+    ADD_FAILURE() << strategy << " skipped a case for another reason than a model that is no chain: " << reason;
+  }
+  return true;
 }
 
 // suite_workloads() as a --workload value.

@@ -1,0 +1,388 @@
+// `pp`: pipeline parallelism, the layers on different devices. Ranks as processes exactly as ddp;
+// rank r holds stage r of p (under interleaved-1f1b, stages r, r + p, ... of p V): a contiguous run
+// of the workload's chain units (WorkloadModel::chain_length, the units fsdp wraps), the first stage
+// also the chain's head and the last its tail and the loss. Each step splits the batch into m
+// micro-batches and runs pipeline::rank_actions' list for this rank: a forward receives its input
+// from the stage before and sends its output on; a backward receives its output's gradient from the
+// stage after and sends its input's back (Gloo or NCCL send/recv). A micro-batch's loss enters
+// with weight (its samples / the batch), so the step's gradients are single's on the whole batch.
+// A weight both ends use (gpt2's token embedding, also its output projection) lives on the first
+// and the last stage and its gradient is summed between them each step, as Megatron does.
+//
+// Time a rank waits for a neighbour (the bubble, and transfers nothing hid) is pipeline_wait.
+// docs/pipeline.md says what is measured and what is not built yet.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "base/errors.h"
+#include "compat/c10d_compat.h"
+#include "distributed/process_group.h"
+#include "pipeline/schedule.h"
+#include "strategies/rank_state.h"
+#include "strategies/strategy.h"
+
+namespace ddpbench {
+namespace {
+
+using pipeline::Action;
+using pipeline::PipelineShape;
+using pipeline::ScheduleKind;
+
+// The shape a case runs: p = the world, V from --stages-per-rank (2 under interleaved-1f1b unless
+// given), m from --microbatches or, by default, the most up to 2 p V that divides the batch (a
+// multiple of p under interleaved-1f1b, as Megatron's schedule needs). Naive is one batch.
+PipelineShape shape_for(const CaseSpec& spec, const PipelineOptions& o) {
+  PipelineShape s;
+  s.ranks = spec.world_size;
+  s.chunks_per_rank = o.stages_per_rank > 0 ? o.stages_per_rank : (o.schedule == ScheduleKind::Interleaved1F1B ? 2 : 1);
+  if (o.schedule == ScheduleKind::Naive) {
+    s.microbatches = o.microbatches > 0 ? o.microbatches : 1;
+  } else if (o.microbatches > 0) {
+    s.microbatches = o.microbatches;
+  } else {
+    const int step = o.schedule == ScheduleKind::Interleaved1F1B ? s.ranks : 1;
+    s.microbatches = 0;
+    for (int m = 2 * s.stages(); m >= step && s.microbatches == 0; --m) {
+      if (m % step == 0 && spec.global_batch % m == 0) s.microbatches = m;
+    }
+  }
+  return s;
+}
+
+// Chain units [begin, end) of each stage: as even as the count allows, earlier stages one more.
+std::vector<std::pair<std::size_t, std::size_t>> even_split(std::size_t units, int stages) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  const std::size_t n = static_cast<std::size_t>(stages), base = units / n, extra = units % n;
+  std::size_t begin = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t end = begin + base + (k < extra ? 1 : 0);
+    out.emplace_back(begin, end);
+    begin = end;
+  }
+  return out;
+}
+
+// A message's tag: micro-batch, the boundary after stage `stage`, and what travels (an
+// activation's shape, the activation, its gradient), distinct within a step.
+enum class Carries { Shape = 0, Activation = 1, Gradient = 2 };
+int tag_of(int microbatch, int stage, Carries what) { return (microbatch * 4096 + stage) * 3 + static_cast<int>(what); }
+
+// An activation's shape and dtype, sent once per boundary before its first activation: every
+// micro-batch of a run has the same size, so the receiver allocates from it ever after.
+constexpr int kMaxDims = 8;
+
+class PipelineStrategy final : public Strategy {
+ protected:
+  std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
+                                                   const StrategyOptions& options) const override {
+    if (devices.is_cuda() && !compat::have_nccl()) return "this LibTorch has no NCCL, which pp needs on CUDA";
+    const auto& workload = WorkloadRegistry::instance().get(spec.workload);
+    const WorkloadFacts facts = workload.facts();
+    if (facts.chain_length == 0) return "pp cuts the model between its units, and " + facts.chain_refusal;
+    const auto& o = options.pipeline;
+    const PipelineShape shape = shape_for(spec, o);
+    if (shape.microbatches == 0) {
+      return "no micro-batch count up to " + std::to_string(2 * shape.stages()) + (o.schedule == ScheduleKind::Interleaved1F1B ? " (a multiple of the ranks)" : "") +
+             " divides the batch of " + std::to_string(spec.global_batch) + ": give --microbatches or --batch";
+    }
+    if (auto why = pipeline::invalid_shape(o.schedule, shape)) return *why;
+    if (spec.global_batch % shape.microbatches != 0) {
+      return "--microbatches " + std::to_string(shape.microbatches) + " does not divide the batch of " +
+             std::to_string(spec.global_batch) + " (every micro-batch the same size)";
+    }
+    if (static_cast<std::size_t>(shape.stages()) > facts.chain_length) {
+      return std::to_string(shape.stages()) + " stages (" + std::to_string(shape.ranks) + " ranks x " +
+             std::to_string(shape.chunks_per_rank) + " a rank) need a unit each, and " + spec.workload + " has " +
+             std::to_string(facts.chain_length) + ": fewer ranks (--world-size) or --stages-per-rank";
+    }
+    return std::nullopt;
+  }
+
+  // Every rank reads the whole batch: the first stage its inputs, the last its targets.
+  DataShard do_data_shard() const override { return {0, 1}; }
+  std::optional<c10::Device> do_batch_device() const override { return device_; }
+
+  void do_setup(const StrategySetup& setup) override {
+    if (setup.process_group == nullptr) throw std::logic_error("pp runs only inside a rank process");
+    group_ = setup.process_group;
+    workload_ = &setup.workload;
+    global_batch_ = setup.spec.global_batch;
+    device_ = setup.devices.device(group_->local_rank());
+    model_ = setup.model;
+    model_->to(device_);
+    model_->train();
+    schedule_ = setup.options.pipeline.schedule;
+    shape_ = shape_for(setup.spec, setup.options.pipeline);
+    if (auto why = pipeline::invalid_shape(schedule_, shape_)) throw CaseFailure("pp: " + *why);
+    actions_ = pipeline::rank_actions(schedule_, shape_, group_->rank());
+    spans_ = even_split(model_->chain_length(), shape_.stages());
+
+    auto state = model_->distinct_parameters();
+    const auto buffers = model_->distinct_buffers();
+    state.insert(state.end(), buffers.begin(), buffers.end());
+    start_from_rank0_state(state, *group_, "pp");
+    assign_parameters();
+    optimizer_ = setup.make_optimizer(trained_here_);
+    precision_ = setup.precision;
+    scaler_ = LossScaler(precision_);
+  }
+
+  torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
+    {  // the last step's gradients, kept until now: zero_grad, optimizer work (strategy.h)
+      auto scope = phases.scope(Phase::Optimizer);
+      for (auto& p : trained_here_) p.mutable_grad() = torch::Tensor();
+    }
+    const int m = shape_.microbatches, p = shape_.ranks, rank = group_->rank(), last = shape_.stages() - 1;
+    const std::int64_t rows = batch.inputs.size(0) / m;
+    const double share = static_cast<double>(rows) / static_cast<double>(global_batch_);
+    torch::Tensor inputs, targets;
+    {
+      auto scope = phases.scope(Phase::Data);
+      if (holds_stage(0)) inputs = batch.inputs.to(device_, /*non_blocking=*/true);
+      if (holds_stage(last)) targets = batch.targets.to(device_, /*non_blocking=*/true);
+    }
+    // What a micro-batch leaves on a chunk between its forward and backward.
+    struct InFlight {
+      torch::Tensor input, output, loss;
+    };
+    std::map<std::pair<int, int>, InFlight> in_flight;  // (micro-batch, chunk)
+    auto loss_sum = torch::zeros({1}, torch::TensorOptions().device(device_).dtype(torch::kDouble));
+    for (const Action& a : actions_) {
+      const int stage = a.stage(rank, p);
+      const auto [begin, end] = spans_[static_cast<std::size_t>(stage)];
+      if (a.kind == Action::Kind::Forward) {
+        InFlight f;
+        f.input = stage == 0 ? inputs.narrow(0, a.microbatch * rows, rows)
+                             : receive_activation(a.microbatch, stage - 1, phases);
+        if (stage > 0 && f.input.is_floating_point()) f.input.requires_grad_(true);
+        {
+          auto scope = phases.scope(Phase::Forward);
+          AutocastScope autocast(precision_, device_);
+          f.output = model_->forward_range(f.input, begin, end);
+          if (stage == last) {
+            f.loss = workload_->loss(f.output, targets.narrow(0, a.microbatch * rows, rows)) * share;
+            loss_sum += f.loss.detach().to(torch::kDouble);
+          }
+        }
+        if (stage != last) send(f.output.detach(), (stage + 1) % p, tag_of(a.microbatch, stage, Carries::Activation), stage, phases);
+        in_flight[{a.microbatch, a.chunk}] = std::move(f);
+      } else {
+        auto node = in_flight.extract({a.microbatch, a.chunk});
+        if (node.empty()) throw std::logic_error("pp: a backward before its forward in the schedule");
+        InFlight& f = node.mapped();
+        if (stage == last) {
+          auto scope = phases.scope(Phase::Backward);
+          scaler_.scale(f.loss).backward();
+        } else {
+          auto gradient = torch::empty(f.output.sizes(), f.output.options());
+          receive(gradient, (stage + 1) % p, tag_of(a.microbatch, stage, Carries::Gradient), phases);
+          auto scope = phases.scope(Phase::Backward);
+          f.output.backward(gradient);
+        }
+        if (stage > 0 && f.input.requires_grad()) {
+          send(f.input.grad(), (stage - 1 + p) % p, tag_of(a.microbatch, stage - 1, Carries::Gradient), stage, phases);
+        }
+      }
+    }
+    {
+      auto scope = phases.scope(Phase::PipelineWait);
+      for (auto& [work, tensor] : pending_sends_) group_->wait(work, "pp: a send to the next or previous stage");
+      pending_sends_.clear();
+    }
+    {
+      auto scope = phases.scope(Phase::Reduce);
+      // The tied weights' gradients summed between the stages that use them; the step's loss from
+      // the last stage to every rank. One all-reduce: the others add zeros.
+      std::vector<torch::Tensor> parts;
+      for (const auto& tie : tied_) {
+        const auto& t = all_parameters_[tie.index];
+        const auto numel = numels_[tie.index];
+        parts.push_back(tie.here && t.grad().defined() ? t.grad().reshape({-1}).to(torch::kDouble)
+                                                        : torch::zeros({numel}, loss_sum.options()));
+      }
+      parts.push_back(loss_sum);
+      auto flat = torch::cat(parts);
+      group_->allreduce(flat, "pp: the tied weights' gradients and the step's loss");
+      traffic_.allreduce_bytes += flat.numel() * static_cast<std::int64_t>(flat.element_size());
+      std::int64_t offset = 0;
+      for (const auto& tie : tied_) {
+        auto& t = all_parameters_[tie.index];
+        const auto numel = numels_[tie.index];
+        if (tie.here) t.mutable_grad() = flat.narrow(0, offset, numel).view(t.sizes()).to(t.scalar_type());
+        offset += numel;
+      }
+      loss_sum = flat.narrow(0, offset, 1);
+    }
+    {
+      auto scope = phases.scope(Phase::Optimizer);
+      if (scaler_.enabled()) agree_on_overflow(trained_here_, device_, *group_);
+      scaler_.step(*optimizer_);
+    }
+    ++traffic_.steps;
+    return loss_sum.reshape({});
+  }
+
+  // Every parameter as one model holds it: each rank gives the ones it trains (a tied one from its
+  // first stage's rank only) and zeros for the rest, summed over the ranks.
+  std::vector<torch::Tensor> do_trained_parameters() override {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> out;
+    for (std::size_t i = 0; i < all_parameters_.size(); ++i) {
+      auto whole = owner_[i] == group_->rank() ? all_parameters_[i].detach().clone()
+                                               : torch::zeros(shapes_[i], all_parameters_[i].options());
+      group_->allreduce(whole, "pp: gathering the trained parameters");
+      out.push_back(whole);
+    }
+    return out;
+  }
+  std::vector<torch::Tensor> do_held_parameters() override { return held_here_; }
+
+  std::optional<CommSummary> do_comm_summary() const override {
+    if (traffic_.steps == 0) return std::nullopt;
+    CommSummary c;
+    c.backend = group_->backend_name();
+    c.world_size = group_->size();
+    c.bytes_per_step = traffic_.allreduce_bytes / traffic_.steps;
+    c.point_to_point_bytes_per_step = traffic_.sent_bytes / traffic_.steps;
+    CommSummary::Pipeline line;
+    line.schedule = pipeline::to_string(schedule_);
+    line.stages = shape_.stages();
+    line.microbatches = shape_.microbatches;
+    line.chunks_per_rank = shape_.chunks_per_rank;
+    for (const auto& [begin, end] : spans_) line.stage_units.emplace_back(begin, end);
+    line.expected_bubble = pipeline::expected_bubble(schedule_, shape_);
+    c.pipeline = line;
+    return c;
+  }
+  void do_reset_measured_stats() override { traffic_ = {}; }
+
+ private:
+  bool holds_stage(int stage) const { return stage % shape_.ranks == group_->rank(); }
+
+  // Which ranks' stages use each parameter: those hold it (and train it), the others free it. One
+  // that several ranks use (a tied weight) has its gradient summed between them each step. A
+  // parameter no stage uses would silently stay untrained: refused.
+  void assign_parameters() {
+    all_parameters_ = model_->distinct_parameters();
+    const int p = shape_.ranks, stages = shape_.stages();
+    std::unordered_map<const void*, std::set<int>> stages_of;
+    const auto note = [&](const torch::Tensor& t, int stage) { stages_of[t.unsafeGetTensorImpl()].insert(stage); };
+    const auto units = model_->wrap_units();
+    for (int stage = 0; stage < stages; ++stage) {
+      const auto [begin, end] = spans_[static_cast<std::size_t>(stage)];
+      for (std::size_t u = begin; u < end; ++u) {
+        for (const auto& t : units.at(u).parameters) note(t, stage);
+      }
+    }
+    for (const auto& t : model_->chain_head_parameters()) note(t, 0);
+    for (const auto& t : model_->chain_tail_parameters()) note(t, stages - 1);
+    torch::NoGradGuard no_grad;
+    const auto names = model_->distinct_parameter_names();
+    for (std::size_t i = 0; i < all_parameters_.size(); ++i) {
+      auto& t = all_parameters_[i];
+      const auto found = stages_of.find(t.unsafeGetTensorImpl());
+      if (found == stages_of.end()) {
+        throw CaseFailure("pp: parameter '" + names.at(i) + "' is in no chain unit and neither the chain's head nor its "
+                          "tail, so no stage would train it");
+      }
+      std::set<int> ranks;
+      for (int stage : found->second) ranks.insert(stage % p);
+      owner_.push_back(*ranks.begin());
+      shapes_.push_back(t.sizes().vec());
+      numels_.push_back(t.numel());
+      const bool here = ranks.count(group_->rank()) > 0;
+      // Every rank lists the tied ones in the same order, for the one all-reduce of the step.
+      if (ranks.size() > 1 && t.requires_grad()) tied_.push_back({i, here});
+      if (here) {
+        held_here_.push_back(t);
+        if (t.requires_grad()) trained_here_.push_back(t);
+      } else {
+        t.set_data(torch::empty({0}, torch::TensorOptions().dtype(t.dtype()).device(t.device())));  // another rank's
+      }
+    }
+  }
+
+  torch::Tensor receive_activation(int microbatch, int stage_before, PhaseRecorder& phases) {
+    const int from = stage_before % shape_.ranks;
+    auto known = boundary_.find(stage_before);
+    if (known == boundary_.end()) {
+      auto header = torch::zeros({kMaxDims + 2}, torch::TensorOptions().dtype(torch::kLong).device(device_));
+      receive(header, from, tag_of(microbatch, stage_before, Carries::Shape), phases);
+      const auto h = header.cpu();
+      const auto dims = h[0].item<std::int64_t>();
+      std::vector<std::int64_t> sizes;
+      for (std::int64_t d = 0; d < dims; ++d) sizes.push_back(h[2 + d].item<std::int64_t>());
+      known = boundary_.emplace(stage_before, std::make_pair(sizes, static_cast<c10::ScalarType>(h[1].item<std::int64_t>()))).first;
+    }
+    auto x = torch::empty(known->second.first, torch::TensorOptions().dtype(known->second.second).device(device_));
+    receive(x, from, tag_of(microbatch, stage_before, Carries::Activation), phases);
+    return x;
+  }
+
+  void receive(torch::Tensor& into, int from, int tag, PhaseRecorder& phases) {
+    auto scope = phases.scope(Phase::PipelineWait);
+    group_->wait(group_->recv_async(into, from, tag), "pp: a receive from stage rank " + std::to_string(from));
+  }
+
+  // Posts a send; the tensor is kept until the step's end waits for it.
+  void send(const torch::Tensor& t, int to, int tag, int stage, PhaseRecorder& phases) {
+    auto scope = phases.scope(Phase::PipelineWait);
+    auto flat = t.contiguous();
+    if (!sent_shape_.count(stage) && tag % 3 == static_cast<int>(Carries::Activation)) {
+      sent_shape_.insert(stage);
+      auto header = torch::zeros({kMaxDims + 2}, torch::TensorOptions().dtype(torch::kLong));
+      if (flat.dim() > kMaxDims) throw CaseFailure("pp: an activation of more than 8 dimensions between stages");
+      header[0] = flat.dim();
+      header[1] = static_cast<std::int64_t>(flat.scalar_type());
+      for (std::int64_t d = 0; d < flat.dim(); ++d) header[2 + d] = flat.size(d);
+      header = header.to(device_);
+      pending_sends_.emplace_back(group_->send_async(header, to, tag - static_cast<int>(Carries::Activation)), header);
+    }
+    traffic_.sent_bytes += flat.numel() * static_cast<std::int64_t>(flat.element_size());
+    pending_sends_.emplace_back(group_->send_async(flat, to, tag), flat);
+  }
+
+  struct Traffic {
+    std::int64_t steps = 0, allreduce_bytes = 0, sent_bytes = 0;
+  };
+
+  ProcessGroupContext* group_ = nullptr;
+  const Workload* workload_ = nullptr;
+  std::int64_t global_batch_ = 1;
+  c10::Device device_{c10::kCPU};
+  ModelPtr model_;
+  ScheduleKind schedule_ = ScheduleKind::OneFOneB;
+  PipelineShape shape_;
+  std::vector<Action> actions_;
+  std::vector<std::pair<std::size_t, std::size_t>> spans_;  // chain units of each stage
+  std::vector<torch::Tensor> all_parameters_;               // distinct, model order
+  std::vector<int> owner_;                                  // the rank that gives each to trained_parameters
+  std::vector<std::vector<std::int64_t>> shapes_;
+  std::vector<std::int64_t> numels_;
+  std::vector<torch::Tensor> held_here_, trained_here_;
+  struct Tie {
+    std::size_t index;  // into all_parameters_
+    bool here;          // held on this rank
+  };
+  std::vector<Tie> tied_;  // parameters several ranks use, the same list on every rank
+  std::map<int, std::pair<std::vector<std::int64_t>, c10::ScalarType>> boundary_;  // received shapes
+  std::unordered_set<int> sent_shape_;
+  std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> pending_sends_;
+  Traffic traffic_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  Precision precision_ = Precision::Fp32;
+  LossScaler scaler_{Precision::Fp32};
+};
+
+}  // namespace
+
+DDPBENCH_REGISTER_STRATEGY({"pp", "pipeline parallelism: the model's units cut into stages, one a rank (or V, interleaved); "
+                            "micro-batches through naive, GPipe, 1F1B or interleaved 1F1B schedules",
+                            8, /*uses_all_devices=*/true, [] { return std::make_unique<PipelineStrategy>(); },
+                            /*multi_process=*/true, /*asynchronous=*/false, /*one_cuda_device=*/false,
+                            /*needs_chain=*/true});
+
+}  // namespace ddpbench
