@@ -497,7 +497,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (!kind) throw UsageError("--pp-schedule: unknown schedule '" + pp_schedule + "' (naive, gpipe, 1f1b, interleaved-1f1b)");
     pp.schedule = *kind;
   }
-  if (!microbatches.empty()) pp.microbatches = static_cast<int>(parse_count("--microbatches", microbatches, 1, 1 << 20));
+  // At most 2^16: a message tag packs micro-batch x 4096 + stage into an int (strategies/pp.cpp).
+  if (!microbatches.empty()) pp.microbatches = static_cast<int>(parse_count("--microbatches", microbatches, 1, 1 << 16));
   if (!stages_per_rank.empty()) pp.stages_per_rank = static_cast<int>(parse_count("--stages-per-rank", stages_per_rank, 1, 1024));
   for (const auto& [flag, given] : std::vector<std::pair<const char*, bool>>{
            {"--pp-schedule", !pp_schedule.empty()}, {"--microbatches", !microbatches.empty()},
