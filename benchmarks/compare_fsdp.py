@@ -24,7 +24,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.interleave import ddpbench_case, parser, peer_environment, report, run_rounds  # noqa: E402
+from benchmarks.interleave import build_heap_counter, ddpbench_case, parser, peer_environment, report, run_rounds  # noqa: E402
 
 import json  # noqa: E402
 import subprocess  # noqa: E402
@@ -100,17 +100,6 @@ def main():
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)
     return 0
-
-
-def build_heap_counter(directory):
-    """benchmarks/heap_counter.c built into `directory` for LD_PRELOAD; None without a C compiler."""
-    library = os.path.join(directory, "libheap_counter.so")
-    try:
-        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", library, os.path.join(ROOT, "benchmarks", "heap_counter.c")],
-                       check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return library
 
 
 if __name__ == "__main__":

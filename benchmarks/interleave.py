@@ -10,7 +10,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 from reports import results  # noqa: E402
 
 
@@ -54,6 +55,17 @@ def tool_step_ms(cmd):
     """Mean step time (ms) of a peer that prints {"step_ms": [...]} on stdout."""
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=peer_environment()).stdout
     return statistics.fmean(json.loads(out)["step_ms"])
+
+
+def build_heap_counter(directory):
+    """benchmarks/heap_counter.c built into `directory` for LD_PRELOAD; None without a C compiler."""
+    library = os.path.join(directory, "libheap_counter.so")
+    try:
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", library, os.path.join(ROOT, "benchmarks", "heap_counter.c")],
+                       check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return library
 
 
 def run_rounds(tools, rounds):

@@ -23,7 +23,6 @@ Prints rank 0's figures as JSON: {"step_ms": [...], "peak_bytes": N, "held_bytes
 check on one that is, so even by default the last unit is left gathered, as TorchTitan leaves its
 last block). --keep-grads: zero_grad(set_to_none=False), gradient shards kept between steps.
 """
-import ctypes
 import json
 import os
 import sys
@@ -33,6 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from heap_peak import heap_counter, step_peak_bytes
 from rank_processes import run_ranks
 
 # Debian trixie's torch 2.6 is built without libuv, which TCPStore asks for by default since 2.4.
@@ -42,35 +42,6 @@ os.environ.setdefault("USE_LIBUV", "0")
 def local_bytes(t):
     t = t.to_local() if hasattr(t, "to_local") else t
     return t.numel() * t.element_size()
-
-
-def heap_counter():
-    """benchmarks/heap_counter.c's functions when this process runs under it (LD_PRELOAD), or None."""
-    lib = ctypes.CDLL(None)
-    if not hasattr(lib, "heap_counter_live"):
-        return None
-    lib.heap_counter_live.restype = lib.heap_counter_peak.restype = ctypes.c_int64
-    return lib
-
-
-def step_peak_bytes(step, held, heap):
-    """`held` plus the most `step()` allocated on top of what was live when it began: counted by the
-    heap counter when there is one, else the highest running sum of the profiler's memory events."""
-    if heap is not None:
-        start = heap.heap_counter_live()
-        heap.heap_counter_reset_peak()
-        step()
-        return held + heap.heap_counter_peak() - start
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    # Every allocation (+bytes) and free (-bytes) the CPU allocator reported, in time order.
-    deltas = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
-    live = peak = 0
-    for _, delta in deltas:
-        live += delta
-        peak = max(peak, live)
-    return held + peak
 
 
 def complete_cpu_streams():

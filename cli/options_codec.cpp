@@ -58,7 +58,9 @@ std::string encode_rank_options(const RankOptions& options) {
                  {"prefetch", r.strategy.fsdp.prefetch}};
   doc["pp"] = {{"schedule", pipeline::to_string(r.strategy.pipeline.schedule)},
                {"microbatches", r.strategy.pipeline.microbatches},
-               {"stages_per_rank", r.strategy.pipeline.stages_per_rank}};
+               {"stages_per_rank", r.strategy.pipeline.stages_per_rank},
+               {"balance", pipeline::to_string(r.strategy.pipeline.balance)},
+               {"split", r.strategy.pipeline.split}};
   const auto& hogwild = r.strategy.hogwild;
   doc["hogwild"] = {{"mode", to_string(hogwild.mode)}, {"sync_every", hogwild.sync_every}, {"workers", hogwild.workers}};
   doc["devices"] = {{"device", options.devices.device},
@@ -114,6 +116,10 @@ RankOptions decode_rank_options(const std::string& text) {
     r.strategy.pipeline.schedule = *schedule;
     r.strategy.pipeline.microbatches = pp.at("microbatches").get<int>();
     r.strategy.pipeline.stages_per_rank = pp.at("stages_per_rank").get<int>();
+    const auto balance = pipeline::parse_balance(pp.at("balance").get<std::string>());
+    if (!balance) throw UsageError("--rank-options: unknown pp balance " + pp.at("balance").dump());
+    r.strategy.pipeline.balance = *balance;
+    r.strategy.pipeline.split = pp.at("split").get<std::vector<std::size_t>>();
     const auto& hogwild = doc.at("hogwild");
     r.strategy.hogwild.mode = hogwild_mode_from(hogwild.at("mode").get<std::string>());
     r.strategy.hogwild.sync_every = hogwild.at("sync_every").get<int>();

@@ -14,7 +14,6 @@
 namespace ddpbench {
 namespace {
 
-using torch::jit::Block;
 using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
@@ -46,10 +45,10 @@ bool tensors_only(const c10::TypePtr& type) {
 }
 
 
-void each_node(Block* block, const std::function<void(Node*)>& visit) {
+void each_node(torch::jit::Block* block, const std::function<void(Node*)>& visit) {
   for (Node* n : block->nodes()) {
     visit(n);
-    for (Block* inner : n->blocks()) each_node(inner, visit);
+    for (torch::jit::Block* inner : n->blocks()) each_node(inner, visit);
   }
 }
 

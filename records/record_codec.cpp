@@ -125,7 +125,8 @@ std::string encode(const RepetitionRecord& r) {
     if (const auto& p = r.comm->pipeline) {
       comm["pipeline"] = {{"schedule", p->schedule}, {"stages", p->stages}, {"microbatches", p->microbatches},
                           {"chunks_per_rank", p->chunks_per_rank}, {"stage_units", p->stage_units},
-                          {"expected_bubble", p->expected_bubble}};
+                          {"expected_bubble", p->expected_bubble}, {"balance", p->balance},
+                          {"stage_parameters", p->stage_parameters}, {"stage_profile_seconds", p->stage_profile_seconds}};
     }
   }
   return json{{"index", r.index},
@@ -178,6 +179,9 @@ RepetitionRecord decode_repetition(const std::string& text) {
         line.chunks_per_rank = p.at("chunks_per_rank").get<int>();
         line.stage_units = p.at("stage_units").get<std::vector<std::pair<std::int64_t, std::int64_t>>>();
         line.expected_bubble = p.at("expected_bubble").get<double>();
+        line.balance = p.at("balance").get<std::string>();
+        line.stage_parameters = p.at("stage_parameters").get<std::vector<std::int64_t>>();
+        line.stage_profile_seconds = p.at("stage_profile_seconds").get<std::vector<double>>();
         s.pipeline = line;
       }
       for (const auto& b : c.at("bucket_timeline")) {

@@ -21,6 +21,7 @@
 #include "compat/c10d_compat.h"
 #include "distributed/process_group.h"
 #include "pipeline/schedule.h"
+#include "strategies/pp_stages.h"
 #include "strategies/rank_state.h"
 #include "strategies/strategy.h"
 
@@ -50,19 +51,6 @@ PipelineShape shape_for(const CaseSpec& spec, const PipelineOptions& o) {
     }
   }
   return s;
-}
-
-// Chain units [begin, end) of each stage: as even as the count allows, earlier stages one more.
-std::vector<std::pair<std::size_t, std::size_t>> even_split(std::size_t units, int stages) {
-  std::vector<std::pair<std::size_t, std::size_t>> out;
-  const std::size_t n = static_cast<std::size_t>(stages), base = units / n, extra = units % n;
-  std::size_t begin = 0;
-  for (std::size_t k = 0; k < n; ++k) {
-    const std::size_t end = begin + base + (k < extra ? 1 : 0);
-    out.emplace_back(begin, end);
-    begin = end;
-  }
-  return out;
 }
 
 // A message's tag: micro-batch, the boundary after stage `stage`, and what travels (an
@@ -98,6 +86,10 @@ class PipelineStrategy final : public Strategy {
              std::to_string(shape.chunks_per_rank) + " a rank) need a unit each, and " + spec.workload + " has " +
              std::to_string(facts.chain_length) + ": fewer ranks (--world-size) or --stages-per-rank";
     }
+    if (!o.split.empty()) {
+      const auto cut = pipeline::split_at(o.split, facts.chain_length, shape.stages());
+      if (!cut.why.empty()) return cut.why + " (" + spec.workload + ")";
+    }
     return std::nullopt;
   }
 
@@ -118,16 +110,19 @@ class PipelineStrategy final : public Strategy {
     shape_ = shape_for(setup.spec, setup.options.pipeline);
     if (auto why = pipeline::invalid_shape(schedule_, shape_)) throw CaseFailure("pp: " + *why);
     actions_ = pipeline::rank_actions(schedule_, shape_, group_->rank());
-    spans_ = even_split(model_->chain_length(), shape_.stages());
+    precision_ = setup.precision;
+    scaler_ = LossScaler(precision_);
 
     auto state = model_->distinct_parameters();
     const auto buffers = model_->distinct_buffers();
     state.insert(state.end(), buffers.begin(), buffers.end());
     start_from_rank0_state(state, *group_, "pp");
+    // Cut while every rank still holds the whole model: profiling runs every unit.
+    plan_ = plan_stages(*model_, *workload_, setup.options.pipeline, shape_.stages(), global_batch_ / shape_.microbatches,
+                        device_, precision_, *group_);
+    spans_ = plan_.spans;
     assign_parameters();
     optimizer_ = setup.make_optimizer(trained_here_);
-    precision_ = setup.precision;
-    scaler_ = LossScaler(precision_);
   }
 
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
@@ -151,6 +146,7 @@ class PipelineStrategy final : public Strategy {
     std::map<std::pair<int, int>, InFlight> in_flight;  // (micro-batch, chunk)
     auto loss_sum = torch::zeros({1}, torch::TensorOptions().device(device_).dtype(torch::kDouble));
     for (const Action& a : actions_) {
+      release_finished_sends();
       const int stage = a.stage(rank, p);
       const auto [begin, end] = spans_[static_cast<std::size_t>(stage)];
       if (a.kind == Action::Kind::Forward) {
@@ -179,6 +175,9 @@ class PipelineStrategy final : public Strategy {
         } else {
           auto gradient = torch::empty(f.output.sizes(), f.output.options());
           receive(gradient, (stage + 1) % p, tag_of(a.microbatch, stage, Carries::Gradient), phases);
+          // Its gradient came back, so the next stage has the activation: the send is over, and
+          // the activation goes with its graph after this backward, not at the step's end.
+          finish_send(tag_of(a.microbatch, stage, Carries::Activation), phases);
           auto scope = phases.scope(Phase::Backward);
           f.output.backward(gradient);
         }
@@ -189,32 +188,37 @@ class PipelineStrategy final : public Strategy {
     }
     {
       auto scope = phases.scope(Phase::PipelineWait);
-      for (auto& [work, tensor] : pending_sends_) group_->wait(work, "pp: a send to the next or previous stage");
+      for (auto& send : pending_sends_) group_->wait(send.work, "pp: a send to the next or previous stage");
       pending_sends_.clear();
     }
     {
+      // The step's loss from the last stage to every rank, in float64. Each rank arrives when its
+      // own schedule is over and leaves when the last one's is: the wait is the pipeline's drain
+      // (the bubble at the step's end), so it is pipeline_wait and not communication.
+      auto scope = phases.scope(Phase::PipelineWait);
+      group_->allreduce(loss_sum, "pp: the step's loss from the last stage");
+      traffic_.allreduce_bytes += loss_sum.numel() * static_cast<std::int64_t>(loss_sum.element_size());
+    }
+    if (!tied_.empty()) {
+      // The tied weights' gradients summed between the stages that use them (the others add zeros),
+      // in one all-reduce in their own type.
       auto scope = phases.scope(Phase::Reduce);
-      // The tied weights' gradients summed between the stages that use them; the step's loss from
-      // the last stage to every rank. One all-reduce: the others add zeros.
       std::vector<torch::Tensor> parts;
       for (const auto& tie : tied_) {
         const auto& t = all_parameters_[tie.index];
-        const auto numel = numels_[tie.index];
-        parts.push_back(tie.here && t.grad().defined() ? t.grad().reshape({-1}).to(torch::kDouble)
-                                                        : torch::zeros({numel}, loss_sum.options()));
+        parts.push_back(tie.here && t.grad().defined() ? t.grad().reshape({-1})
+                                                        : torch::zeros({numels_[tie.index]}, tie_options_));
       }
-      parts.push_back(loss_sum);
       auto flat = torch::cat(parts);
-      group_->allreduce(flat, "pp: the tied weights' gradients and the step's loss");
+      group_->allreduce(flat, "pp: the tied weights' gradients");
       traffic_.allreduce_bytes += flat.numel() * static_cast<std::int64_t>(flat.element_size());
       std::int64_t offset = 0;
       for (const auto& tie : tied_) {
         auto& t = all_parameters_[tie.index];
         const auto numel = numels_[tie.index];
-        if (tie.here) t.mutable_grad() = flat.narrow(0, offset, numel).view(t.sizes()).to(t.scalar_type());
+        if (tie.here) t.mutable_grad() = flat.narrow(0, offset, numel).view(t.sizes());
         offset += numel;
       }
-      loss_sum = flat.narrow(0, offset, 1);
     }
     {
       auto scope = phases.scope(Phase::Optimizer);
@@ -254,6 +258,9 @@ class PipelineStrategy final : public Strategy {
     line.chunks_per_rank = shape_.chunks_per_rank;
     for (const auto& [begin, end] : spans_) line.stage_units.emplace_back(begin, end);
     line.expected_bubble = pipeline::expected_bubble(schedule_, shape_);
+    line.balance = plan_.balance;
+    line.stage_parameters = plan_.stage_parameters;
+    line.stage_profile_seconds = plan_.stage_profile_seconds;
     c.pipeline = line;
     return c;
   }
@@ -295,7 +302,13 @@ class PipelineStrategy final : public Strategy {
       numels_.push_back(t.numel());
       const bool here = ranks.count(group_->rank()) > 0;
       // Every rank lists the tied ones in the same order, for the one all-reduce of the step.
-      if (ranks.size() > 1 && t.requires_grad()) tied_.push_back({i, here});
+      if (ranks.size() > 1 && t.requires_grad()) {
+        if (!tied_.empty() && t.scalar_type() != tie_options_.dtype().toScalarType()) {
+          throw CaseFailure("pp: weights that several stages share are of different types, and their gradients go in one all-reduce");
+        }
+        tie_options_ = t.options();
+        tied_.push_back({i, here});
+      }
       if (here) {
         held_here_.push_back(t);
         if (t.requires_grad()) trained_here_.push_back(t);
@@ -339,10 +352,28 @@ class PipelineStrategy final : public Strategy {
       header[1] = static_cast<std::int64_t>(flat.scalar_type());
       for (std::int64_t d = 0; d < flat.dim(); ++d) header[2 + d] = flat.size(d);
       header = header.to(device_);
-      pending_sends_.emplace_back(group_->send_async(header, to, tag - static_cast<int>(Carries::Activation)), header);
+      const int header_tag = tag - static_cast<int>(Carries::Activation);
+      pending_sends_.push_back({header_tag, group_->send_async(header, to, header_tag), header});
     }
     traffic_.sent_bytes += flat.numel() * static_cast<std::int64_t>(flat.element_size());
-    pending_sends_.emplace_back(group_->send_async(flat, to, tag), flat);
+    pending_sends_.push_back({tag, group_->send_async(flat, to, tag), flat});
+  }
+
+  // Sends are kept (with their tensors) until known complete: an activation held to the step's end
+  // would hold every micro-batch's, and 1F1B would keep what GPipe keeps.
+  void release_finished_sends() {
+    pending_sends_.erase(std::remove_if(pending_sends_.begin(), pending_sends_.end(),
+                                        [](const PendingSend& s) { return s.work->isCompleted(); }),
+                         pending_sends_.end());
+  }
+  void finish_send(int tag, PhaseRecorder& phases) {
+    const auto found = std::find_if(pending_sends_.begin(), pending_sends_.end(), [&](const PendingSend& s) { return s.tag == tag; });
+    if (found == pending_sends_.end()) return;
+    {
+      auto scope = phases.scope(Phase::PipelineWait);
+      group_->wait(found->work, "pp: a send to the next stage");
+    }
+    pending_sends_.erase(found);
   }
 
   struct Traffic {
@@ -357,7 +388,8 @@ class PipelineStrategy final : public Strategy {
   ScheduleKind schedule_ = ScheduleKind::OneFOneB;
   PipelineShape shape_;
   std::vector<Action> actions_;
-  std::vector<std::pair<std::size_t, std::size_t>> spans_;  // chain units of each stage
+  StagePlan plan_;
+  pipeline::StageSpans spans_;  // chain units of each stage (plan_'s)
   std::vector<torch::Tensor> all_parameters_;               // distinct, model order
   std::vector<int> owner_;                                  // the rank that gives each to trained_parameters
   std::vector<std::vector<std::int64_t>> shapes_;
@@ -368,9 +400,15 @@ class PipelineStrategy final : public Strategy {
     bool here;          // held on this rank
   };
   std::vector<Tie> tied_;  // parameters several ranks use, the same list on every rank
+  torch::TensorOptions tie_options_;  // their type and device
   std::map<int, std::pair<std::vector<std::int64_t>, c10::ScalarType>> boundary_;  // received shapes
   std::unordered_set<int> sent_shape_;
-  std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> pending_sends_;
+  struct PendingSend {
+    int tag;
+    c10::intrusive_ptr<c10d::Work> work;
+    torch::Tensor tensor;  // kept alive until the send is over
+  };
+  std::vector<PendingSend> pending_sends_;
   Traffic traffic_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   Precision precision_ = Precision::Fp32;

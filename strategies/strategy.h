@@ -16,6 +16,7 @@
 #include "devices/memory_probe.h"
 #include "timing/phase_recorder.h"
 #include "devices/precision.h"
+#include "pipeline/balance.h"
 #include "pipeline/schedule.h"
 #include "workloads/workload.h"
 
@@ -58,6 +59,8 @@ struct PipelineOptions {
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;  // --pp-schedule
   int microbatches = 0;     // --microbatches; 0: 2 x stages, or the most below that divides the batch
   int stages_per_rank = 0;  // --stages-per-rank; 0: 2 under interleaved-1f1b, else 1
+  pipeline::BalanceKind balance = pipeline::BalanceKind::Time;  // --pp-balance
+  std::vector<std::size_t> split;  // --pp-split: cut points between stages; empty: cut by `balance`
 };
 
 struct StrategyOptions {
@@ -119,6 +122,9 @@ struct CommSummary {
     int chunks_per_rank = 1;
     std::vector<std::pair<std::int64_t, std::int64_t>> stage_units;
     double expected_bubble = 0;
+    std::string balance;                         // how the stages were cut: time, params, even, split
+    std::vector<std::int64_t> stage_parameters;  // elements each stage holds
+    std::vector<double> stage_profile_seconds;   // profiled forward + backward a stage; empty unless balance is time
   };
   std::optional<Pipeline> pipeline;
 };

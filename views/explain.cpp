@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/stats.h"
+#include "pipeline/balance.h"
 
 namespace ddpbench {
 namespace {
@@ -98,6 +99,12 @@ void add_pipeline_lines(const std::vector<const CaseRecord*>& cases, std::vector
     std::string line = c->spec.name() + ": " + p.schedule + ", " + std::to_string(p.stages) + " stages, " +
                        std::to_string(p.microbatches) + " micro-batches: waiting on neighbours " +
                        format("%.0f%% of the step against %.0f%% for equal stages", 100 * waiting, 100 * p.expected_bubble);
+    line += "; stages cut by " + p.balance;
+    if (!p.stage_profile_seconds.empty()) {
+      std::string profiled;
+      for (double t : p.stage_profile_seconds) profiled += (profiled.empty() ? "" : "/") + format("%.3g", t * 1e3);
+      line += " (profiled " + profiled + format(" ms a micro-batch, %.2fx the mean at most)", pipeline::imbalance(p.stage_profile_seconds));
+    }
     if (least > 0 && most / least >= 1.1) {
       line += "; rank " + std::to_string(busiest) + format(" computes %.2fx as long as the least busy", most / least);
     } else if (waiting > p.expected_bubble + 0.05) {

@@ -8,6 +8,7 @@
 #include "views/explain.h"
 #include "base/json_optional.h"
 #include "base/stats.h"
+#include "pipeline/balance.h"
 #include "pipeline/schedule.h"
 
 namespace ddpbench {
@@ -31,7 +32,9 @@ json strategy_settings_json(const StrategyOptions& o) {
                        {"workers", o.hogwild.workers}}},
           {"pp", {{"schedule", pipeline::to_string(o.pipeline.schedule)},
                   {"microbatches", o.pipeline.microbatches == 0 ? json(nullptr) : json(o.pipeline.microbatches)},
-                  {"stages_per_rank", o.pipeline.stages_per_rank == 0 ? json(nullptr) : json(o.pipeline.stages_per_rank)}}}};
+                  {"stages_per_rank", o.pipeline.stages_per_rank == 0 ? json(nullptr) : json(o.pipeline.stages_per_rank)},
+                  {"balance", o.pipeline.split.empty() ? pipeline::to_string(o.pipeline.balance) : "split"},
+                  {"split", o.pipeline.split.empty() ? json(nullptr) : json(o.pipeline.split)}}}};
 }
 
 json context_json(const RunRecord& record) {
@@ -231,7 +234,28 @@ json pipeline_json(const CommSummary::Pipeline& p, const RepetitionRecord& r) {
   }
   json units = json::array();
   for (const auto& [begin, end] : p.stage_units) units.push_back({begin, end});
+  // What each rank computed in the step (the rest it waited), and the most over the mean: the
+  // stages' balance as the run measured it, beside the profile the cut was made from.
+  json compute = json::array();
+  std::vector<double> busy;
+  for (const auto& rank : r.ranks) {
+    busy.push_back(rank.mean_step_seconds - rank.phase_seconds[static_cast<int>(Phase::PipelineWait)]);
+    compute.push_back(busy.back() * 1e3);
+  }
+  json profile = json(nullptr);
+  if (!p.stage_profile_seconds.empty()) {
+    profile = json::array();
+    for (double s : p.stage_profile_seconds) profile.push_back(s * 1e3);
+  }
+  const auto& balance_by = p.stage_profile_seconds.empty() ? std::vector<double>(p.stage_parameters.begin(), p.stage_parameters.end())
+                                                           : p.stage_profile_seconds;
   return {{"schedule", p.schedule},
+          {"balance", p.balance},
+          {"stage_parameters", p.stage_parameters},
+          {"stage_profile_ms", profile},
+          {"stage_imbalance", balance_by.empty() ? json(nullptr) : json(pipeline::imbalance(balance_by))},
+          {"compute_ms_by_rank", compute},
+          {"compute_imbalance", busy.empty() ? json(nullptr) : json(pipeline::imbalance(busy))},
           {"stages", p.stages},
           {"microbatches", p.microbatches},
           {"chunks_per_rank", p.chunks_per_rank},

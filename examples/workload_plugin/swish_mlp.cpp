@@ -39,14 +39,22 @@ class SwishMlp final : public ddpbench::DefaultConstructedModel<SwishMlp> {
     fc2 = register_module("fc2", torch::nn::Linear(kHidden, kHidden));
     fc3 = register_module("fc3", torch::nn::Linear(kHidden, kClasses));
   }
-  torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = call_unit(0, [&] { return Swish::apply(fc1->forward(x)); });
-    h = call_unit(1, [&] { return h + Swish::apply(fc2->forward(h)); });  // a residual block
-    return fc3->forward(h);
-  }
+  // Written as a chain (see chain_length below), so that `pp` can cut it between its units.
+  torch::Tensor forward(const torch::Tensor& x) override { return forward_range(x, 0, 2); }
   // fsdp's wrap units, as a built-in workload names them: the first layer and the residual block;
   // fc3, in none, is the root's (gathered for the whole step).
   std::vector<ddpbench::WrapUnit> wrap_units() override { return {{"fc1", fc1->parameters()}, {"block", fc2->parameters()}}; }
+  // The model as a chain, what a pipeline needs: unit 0, unit 1, then fc3 after them (the tail, on
+  // the last stage). forward_range runs each unit between fsdp's hooks (call_unit).
+  std::size_t chain_length() const override { return 2; }
+  std::vector<torch::Tensor> chain_tail_parameters() override { return fc3->parameters(); }
+
+ protected:
+  torch::Tensor chain_unit(std::size_t unit, const torch::Tensor& h) override {
+    if (unit == 0) return Swish::apply(fc1->forward(h));
+    return h + Swish::apply(fc2->forward(h));  // a residual block
+  }
+  torch::Tensor chain_tail(const torch::Tensor& h) override { return fc3->forward(h); }
 
  private:
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};

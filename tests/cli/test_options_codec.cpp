@@ -72,6 +72,8 @@ TEST(RankOptions, EveryFlagOfHelpSurvivesTheTripToARank) {
       {"--pp-schedule", {"--pp-schedule", "gpipe", "--strategy", "pp"}},
       {"--microbatches", {"--microbatches", "3", "--strategy", "pp"}},
       {"--stages-per-rank", {"--stages-per-rank", "3", "--pp-schedule", "interleaved-1f1b", "--strategy", "pp"}},
+      {"--pp-balance", {"--pp-balance", "params", "--strategy", "pp"}},
+      {"--pp-split", {"--pp-split", "1", "--strategy", "pp"}},
       {"--workload-lib", {"--workload-lib", DDPBENCH_EXAMPLE_PLUGIN, "--workload", "swish-mlp"}},
   };
   // The launching process's own flags, and those tested on their way elsewhere.

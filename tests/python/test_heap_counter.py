@@ -9,7 +9,7 @@ import pytest
 
 from build_paths import ROOT  # noqa: E402
 sys.path.insert(0, ROOT)
-from benchmarks.compare_fsdp import build_heap_counter  # noqa: E402
+from benchmarks.interleave import build_heap_counter  # noqa: E402
 
 # Run under the counter: 64 MiB through malloc on the main thread, then 32 MiB on a second thread,
 # each freed, the live and peak bytes printed after each move.

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -85,7 +87,8 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PpParity,
                          ::testing::Values(Setting{2, {"--pp-schedule", "naive"}}, Setting{2, {"--pp-schedule", "gpipe"}},
                                            Setting{2, {}}, Setting{3, {}}, Setting{4, {"--pp-schedule", "gpipe"}},
                                            Setting{4, {}}, Setting{2, {"--pp-schedule", "interleaved-1f1b"}},
-                                           Setting{2, {"--microbatches", "12"}}),
+                                           Setting{2, {"--microbatches", "12"}}, Setting{3, {"--pp-split", "1,2"}},
+                                           Setting{2, {"--pp-balance", "params"}}, Setting{4, {"--pp-balance", "even"}}),
                          [](const auto& info) {
                            std::string name = "world" + std::to_string(info.param.world);
                            for (const auto& f : info.param.flags)
@@ -97,16 +100,126 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PpParity,
 // second 1024x1024 and 1024x10; each rank's parameters, gradients and SGD momentum are its own.
 TEST(PpMemory, EachRankHoldsItsOwnStagesParametersOnly) {
   ScratchDir dir;
-  const auto r = run_process(pp_run(dir.file("r.json"), {"--strategy", "pp", "--world-size", "2", "--parity-steps", "0"}));
+  const auto r = run_process(pp_run(dir.file("r.json"), {"--strategy", "pp", "--world-size", "2", "--parity-steps", "0",
+                                                         "--pp-balance", "params"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json doc = json::parse(read_text(dir.file("r.json")));
-  const auto& memory = (*find_case(doc, "mlp/pp/world:2"))["ddpbench"]["memory"];
+  const auto& d = (*find_case(doc, "mlp/pp/world:2"))["ddpbench"];
+  const auto& memory = d["memory"];
   ASSERT_EQ(memory.size(), 2u);
   const std::int64_t first = (784 * 1024 + 1024 + 1024 * 1024 + 1024) * 4LL, second = (1024 * 1024 + 1024 + 1024 * 10 + 10) * 4LL;
   EXPECT_EQ(memory[0]["parameter_bytes"].get<std::int64_t>(), first);
   EXPECT_EQ(memory[1]["parameter_bytes"].get<std::int64_t>(), second);
   EXPECT_EQ(memory[0]["gradient_bytes"].get<std::int64_t>(), first);
   EXPECT_EQ(memory[1]["optimizer_state_bytes"].get<std::int64_t>(), second);
+  // The cut by parameters, named with each stage's count: [0, 2) [2, 4) holds 1.86M and 1.06M, the
+  // other cuts 0.80M and 2.11M or 2.91M and 0.01M.
+  const auto& line = d["pipeline"];
+  EXPECT_EQ(line["balance"], "params");
+  EXPECT_EQ(line["stage_units"], json::parse("[[0, 2], [2, 4]]"));
+  EXPECT_EQ(line["stage_parameters"], json::array({first / 4, second / 4}));
+  EXPECT_TRUE(line["stage_profile_ms"].is_null()) << "nothing was profiled";
+  EXPECT_DOUBLE_EQ(line["stage_imbalance"].get<double>(), static_cast<double>(first) / ((first + second) / 2.0));
+}
+
+// GPipe runs all m forwards before any backward, so the first stage holds every micro-batch's
+// activations at once; 1F1B starts backward after p forwards and holds at most p. mlp at p = 2 with
+// m = 8 micro-batches of 32 rows: the first stage (fc1, fc2) keeps at least its output, 32 x 1024
+// floats (128 KiB), per micro-batch in flight, so GPipe's peak on device 0 is above 1F1B's by at
+// least the 6 micro-batches more it holds.
+TEST(PpMemory, OneFOneBHoldsFewerActivationsOnTheFirstStageThanGPipe) {
+  std::map<std::string, std::int64_t> peak;
+  for (const std::string schedule : {"gpipe", "1f1b"}) {
+    ScratchDir dir;
+    const auto r = run_process(testing::ddpbench_run(
+        {{"--device", "cpu"}, {"--steps", "3"}, {"--warmup", "1"}, {"--repetitions", "1"}, {"--workload", "mlp"},
+         {"--batch", "256"}, {"--dataset-size", "512"}, {"--timeout", "30"}},
+        dir.file("r.json"),
+        {"--strategy", "pp", "--parity-steps", "0", "--pp-schedule", schedule, "--microbatches", "8", "--pp-split", "2"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json doc = json::parse(read_text(dir.file("r.json")));
+    const auto& d = (*find_case(doc, "mlp/pp/world:2"))["ddpbench"];
+    ASSERT_EQ(d["status"], "ok") << d["reason"];
+    peak[schedule] = d["memory"][0]["peak_allocated_bytes"].get<std::int64_t>();
+  }
+  const std::int64_t activation = 32 * 1024 * 4;
+  EXPECT_GE(peak["gpipe"] - peak["1f1b"], 6 * activation) << "gpipe " << peak["gpipe"] << " B, 1f1b " << peak["1f1b"] << " B";
+}
+
+// On a workload whose units take known, equal times (tests/support/timed_chain_plugin.cpp: four
+// units sleeping 4 ms forward and 8 ms backward), the share of the step the ranks wait on their
+// neighbours is the schedule's formula, (p - 1) / (m + p - 1), or (p - 1) / (V m + p - 1)
+// interleaved, at p = 2 and several m, to within 5 points: the rest of a step (the loss's
+// all-reduce, the optimizer of 8x8 layers) is small beside 24 ms of a stage's work a micro-batch.
+TEST(PpBubble, FollowsTheFormulaOnEqualStages) {
+  struct Shape {
+    std::string schedule;
+    int microbatches;
+    double expected;
+  };
+  for (const Shape& shape : {Shape{"gpipe", 2, 1.0 / 3}, Shape{"gpipe", 4, 1.0 / 5}, Shape{"gpipe", 8, 1.0 / 9},
+                             Shape{"1f1b", 2, 1.0 / 3}, Shape{"1f1b", 8, 1.0 / 9}, Shape{"interleaved-1f1b", 8, 1.0 / 17},
+                             Shape{"interleaved-1f1b", 4, 1.0 / 9}}) {
+    SCOPED_TRACE(shape.schedule + ", m = " + std::to_string(shape.microbatches));
+    ScratchDir dir;
+    const auto r = run_process(testing::ddpbench_run(
+        {{"--device", "cpu"}, {"--steps", "3"}, {"--warmup", "1"}, {"--repetitions", "1"}, {"--batch", "16"},
+         {"--dataset-size", "64"}, {"--timeout", "30"}},
+        dir.file("r.json"),
+        {"--workload-lib", DDPBENCH_TIMED_CHAIN_PLUGIN, "--workload", "timed-chain", "--strategy", "pp", "--parity-steps", "0",
+         "--pp-schedule", shape.schedule, "--microbatches", std::to_string(shape.microbatches)}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json doc = json::parse(read_text(dir.file("r.json")));
+    const auto& d = (*find_case(doc, "timed-chain/pp/world:2"))["ddpbench"];
+    ASSERT_EQ(d["status"], "ok") << d["reason"];
+    const auto& line = d["pipeline"];
+    EXPECT_EQ(line["stage_units"].size(), line["stages"].get<std::size_t>());
+    EXPECT_DOUBLE_EQ(line["expected_bubble"].get<double>(), shape.expected);
+    EXPECT_NEAR(line["bubble"].get<double>(), shape.expected, 0.05) << line.dump();
+    for (const auto& b : line["bubble_by_rank"]) EXPECT_NEAR(b.get<double>(), shape.expected, 0.07) << line.dump();
+  }
+}
+
+// The default cut is by each unit's profiled forward + backward. mlp's layers at p = 3: 784x1024,
+// 1024x1024, 1024x1024 and 1024x10 take about 0.8 : 1 : 1 : 0.01, so the balanced cut is
+// [0,1) [1,2) [2,4), its largest stage near one layer's time; the even one, [0,2) [2,3) [3,4), puts
+// nearly two on the first. The margin (about 1.8x) is far beyond a profile's noise.
+TEST(PpStages, TheDefaultCutBalancesTheProfiledTimeAndSaysSo) {
+  ScratchDir dir;
+  const auto r = run_process(pp_run(dir.file("r.json"), {"--strategy", "pp", "--world-size", "3", "--parity-steps", "0"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const auto& d = (*find_case(doc, "mlp/pp/world:3"))["ddpbench"];
+  const auto& line = d["pipeline"];
+  EXPECT_EQ(line["balance"], "time");
+  EXPECT_EQ(line["stage_units"], json::parse("[[0, 1], [1, 2], [2, 4]]")) << line.dump();
+  ASSERT_EQ(line["stage_profile_ms"].size(), 3u);
+  double most = 0, sum = 0;
+  for (const auto& t : line["stage_profile_ms"]) {
+    EXPECT_GT(t.get<double>(), 0);
+    most = std::max(most, t.get<double>());
+    sum += t.get<double>();
+  }
+  EXPECT_NEAR(line["stage_imbalance"].get<double>(), most / (sum / 3), 1e-9);
+  EXPECT_EQ(line["stage_parameters"], json::array({784 * 1024 + 1024, 1024 * 1024 + 1024, 1024 * 1024 + 1024 + 1024 * 10 + 10}));
+  ASSERT_EQ(line["compute_ms_by_rank"].size(), 3u);
+  for (const auto& t : line["compute_ms_by_rank"]) EXPECT_GT(t.get<double>(), 0);
+  EXPECT_GE(line["compute_imbalance"].get<double>(), 1.0);
+  // The why line names the cut and the profile.
+  EXPECT_NE(r.out.find("stages cut by time (profiled "), std::string::npos) << r.out;
+}
+
+// A split by hand that does not fit the workload's chain skips the case, naming the flag.
+TEST(PpStages, ASplitPastTheChainSkipsTheCaseSayingWhy) {
+  ScratchDir dir;
+  const auto r = run_process(pp_run(dir.file("r.json"), {"--strategy", "pp", "--parity-steps", "0", "--pp-split", "4"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const auto& d = (*find_case(doc, "mlp/pp/world:2"))["ddpbench"];
+  EXPECT_EQ(d["status"], "skipped");
+  EXPECT_NE(d["reason"].get<std::string>().find("--pp-split 4: cut 4 leaves the last stage no unit of the chain's 4 (mlp)"),
+            std::string::npos)
+      << d["reason"];
 }
 
 // transformer has two units: three stages do not fit, and the case says so instead of failing.
@@ -171,6 +284,13 @@ TEST(PpCli, FlagsThatCannotApplyAreOneLineAndExit2) {
       {{"--strategy", "pp", "--pp-schedule", "interleaved-1f1b", "--stages-per-rank", "1"}, "needs --stages-per-rank 2 or more"},
       {{"--strategy", "pp", "--pp-schedule", "naive", "--microbatches", "4"}, "naive runs the whole batch at once"},
       {{"--strategy", "pp", "--microbatches", "0"}, "--microbatches"},
+      {{"--strategy", "ddp", "--pp-split", "2"}, "--pp-split: applies to pp only"},
+      {{"--strategy", "pp", "--pp-balance", "flops"}, "--pp-balance: unknown balance 'flops' (time, params, even)"},
+      {{"--strategy", "pp", "--pp-balance", "even", "--pp-split", "2"}, "cannot be given with --pp-split"},
+      {{"--strategy", "pp", "--pp-split", "3,2"}, "--pp-split 3,2: cut points must rise"},
+      {{"--strategy", "pp", "--pp-split", "2,"}, "--pp-split: '' is not a whole number"},
+      {{"--strategy", "pp", "--pp-split", "0"}, "--pp-split: must be at least 1"},
+      {{"--strategy", "pp", "--world-size", "2", "--pp-split", "1,2"}, "--pp-split 1,2: cuts 3 stages, and --world-size 2 runs 2"},
   };
   for (const auto& [args, words] : cases) {
     ScratchDir dir;

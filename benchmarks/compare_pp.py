@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+"""ddpbench `pp` against PyTorch's torch.distributed.pipelining (benchmarks/python_pp_loop.py) on
+`mlp`, Gloo, one thread per rank: the same stages (mlp's four layers cut evenly, ddpbench told so
+with --pp-split), schedules (GPipe and 1F1B), micro-batches and global batch. Needs torch 2.4 or
+later: run it in the LibTorch 2.x leg (scripts/test-libtorch2.sh, trixie's torch 2.6) with --build
+build-libtorch2.
+
+torch 2.6's Schedule1F1B hangs over Gloo (pytorch#132644; python_pp_loop.py says why): the peer runs
+with upstream's fix applied in the script (--wait-all-p2p). --peer-as-shipped runs it without,
+each run stopped after --peer-timeout seconds and reported as hung.
+
+Rounds are interleaved (benchmarks/interleave.py), each run fresh rank processes; a run's figures
+are rank 0's mean step time and its peak bytes (ddpbench: device 0's peak_allocated_bytes; the peer:
+every thread's malloc counted by benchmarks/heap_counter.c, preloaded).
+
+    benchmarks/compare_pp.py [--rounds 5] [--steps 20] [--warmup 5] [--batch 128] [--world 2] [--microbatches 4]
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from benchmarks.interleave import build_heap_counter, ddpbench_case, parser, peer_environment, report, run_rounds  # noqa: E402
+
+
+def even_cuts(units, stages):
+    """Where ddpbench's even split (pipeline/balance.h) begins each stage after the first: the
+    earlier stages one unit more where the count does not divide."""
+    base, extra = divmod(units, stages)
+    cuts, at = [], 0
+    for k in range(stages - 1):
+        at += base + (1 if k < extra else 0)
+        cuts.append(at)
+    return cuts
+
+
+def main():
+    p = parser(__doc__, rounds=5, steps=20, batch=128)
+    p.add_argument("--world", type=int, default=2, help="ranks (one thread each), a stage each")
+    p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--peer-as-shipped", action="store_true", help="the peer without upstream's fix of its p2p waits")
+    p.add_argument("--peer-timeout", type=float, default=120, help="seconds before a peer run counts as hung")
+    args = p.parse_args()
+    cuts = ",".join(str(c) for c in even_cuts(4, args.world))
+    peaks = {}
+    hung = {}
+
+    def ddpbench(name, schedule):
+        def run():
+            c = ddpbench_case(args.build, ["--strategy", "pp", "--workload", "mlp", "--device", "cpu",
+                                           "--world-size", str(args.world), "--threads", "1",
+                                           "--batch", str(args.batch), "--steps", str(args.steps),
+                                           "--warmup", str(args.warmup), "--pp-schedule", schedule,
+                                           "--microbatches", str(args.microbatches), "--pp-split", cuts])
+            if c["status"] != "ok":
+                raise SystemExit(f"compare_pp: ddpbench {schedule}: {c['status']}: {c.get('reason')}")
+            peaks.setdefault(name, []).append(c["memory"][0]["peak_allocated_bytes"])
+            return statistics.fmean(c["step_times_ms"])
+        return run
+
+    heap_dir = tempfile.TemporaryDirectory()
+    env = peer_environment()
+    counter = build_heap_counter(heap_dir.name)
+    if counter:
+        env["LD_PRELOAD"] = counter
+
+    def peer(name, schedule):
+        def run():
+            cmd = ["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "python_pp_loop.py"), str(args.steps),
+                   str(args.warmup), str(args.batch), "1", str(args.world), schedule, str(args.microbatches), cuts]
+            if not args.peer_as_shipped:
+                cmd.append("--wait-all-p2p")
+            try:
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, timeout=args.peer_timeout,
+                                     start_new_session=True).stdout
+            except subprocess.TimeoutExpired:
+                hung[name] = hung.get(name, 0) + 1
+                subprocess.run(["pkill", "-KILL", "-f", "python_pp_loop.py"], check=False)
+                return float("nan")
+            figures = json.loads(out.strip().splitlines()[-1])
+            peaks.setdefault(name, []).append(figures["peak_bytes"])
+            return statistics.fmean(figures["step_ms"])
+        return run
+
+    fix = "as shipped" if args.peer_as_shipped else "with #152938's wait"
+    tools = {
+        "ddpbench pp 1f1b": ddpbench("ddpbench pp 1f1b", "1f1b"),
+        f"PyTorch Schedule1F1B ({fix})": peer(f"PyTorch Schedule1F1B ({fix})", "1f1b"),
+        "ddpbench pp gpipe": ddpbench("ddpbench pp gpipe", "gpipe"),
+        f"PyTorch ScheduleGPipe ({fix})": peer(f"PyTorch ScheduleGPipe ({fix})", "gpipe"),
+    }
+    samples = run_rounds(tools, args.rounds)
+    for name, count in hung.items():
+        print(f"{name}: hung in {count} of {args.rounds} rounds (stopped after {args.peer_timeout:g} s)")
+    samples = {n: v for n, v in samples.items() if not any(x != x for x in v)}
+    base = "ddpbench pp 1f1b"
+    report(args, samples, f"mlp, {args.world} stages (Gloo), cut at layer(s) {cuts}, global batch {args.batch}, "
+           f"{args.microbatches} micro-batches, 1 thread per rank, {args.steps} steps after {args.warmup} warm-up, "
+           f"{args.rounds} interleaved rounds", base, label="run")
+    print()
+    print("| run | peak on rank 0 (first stage), MiB (median) | this one's / ddpbench's, same schedule |")
+    print("|---|---|---|")
+    med = {n: statistics.median(v) for n, v in peaks.items()}
+    for n in med:
+        pair = "ddpbench pp 1f1b" if "1F1B" in n or "1f1b" in n else "ddpbench pp gpipe"
+        print(f"| {n} | {med[n] / 2 ** 20:.2f} | {med[n] / med[pair]:.3f}x |" if pair in med else f"| {n} | {med[n] / 2 ** 20:.2f} | |")
+    print()
+    print("ddpbench: device 0's peak_allocated_bytes (its counting allocator); the peer: "
+          + ("benchmarks/heap_counter.c, every thread's malloc" if counter else "torch.profiler's memory events"))
+    heap_dir.cleanup()
+    if args.json:
+        with open(args.json) as f:
+            doc = json.load(f)
+        doc["peak_bytes"] = peaks
+        doc["hung_rounds"] = hung
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""PyTorch's own pipeline parallelism (`torch.distributed.pipelining`, torch 2.4+: Debian trixie's
+python3-torch 2.6) on `mlp` over Gloo on the CPU: the peer benchmarks/compare_pp.py runs against
+ddpbench's `pp`. Rank r builds stage r by hand (PipelineStage on its run of mlp's four layers, cut
+where ddpbench is told to cut with --pp-split), and runs ScheduleGPipe or Schedule1F1B with the same
+micro-batches. Same model, optimizer (SGD, lr 0.01, momentum 0.9), synthetic data, batch and thread
+count as ddpbench; each rank pinned to its own cores as ddpbench pins its ranks.
+
+torch 2.6's schedules wait on one Work of each batched send/recv only (`_batch_p2p` returns
+batch_isend_irecv(...).pop()); over Gloo, Schedule1F1B then hangs in its first step (pytorch#132644,
+fixed upstream by #152938 in 2025, after 2.6). With --wait-all-p2p (compare_pp.py's default for the
+peer) `_batch_p2p` waits on every Work of the batch, as the fix does; without it the hang can be seen
+(compare_pp.py --peer-as-shipped).
+
+After the timed steps one more step is measured for its peak on rank 0 (the first stage), as
+python_fsdp_loop.py does (benchmarks/heap_peak.py).
+
+Prints rank 0's figures as JSON: {"step_ms": [...], "peak_bytes": N, "held_bytes": N, "peak_method": ...}.
+
+    python_pp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD SCHEDULE MICROBATCHES CUTS [--wait-all-p2p]
+
+SCHEDULE: gpipe or 1f1b; CUTS: the layers where stages begin after the first, "2" for [0,2) [2,4).
+"""
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from heap_peak import heap_counter, step_peak_bytes
+from rank_processes import run_ranks
+
+# Debian trixie's torch 2.6 is built without libuv, which TCPStore asks for by default since 2.4.
+os.environ.setdefault("USE_LIBUV", "0")
+
+
+class _AllWorks:
+    """Every Work of one batch_isend_irecv, waited on together."""
+
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self):
+        for w in self.works:
+            w.wait()
+        return True
+
+
+def wait_on_every_p2p_work():
+    """torch 2.6's _batch_p2p made to wait on all its Works (upstream's fix, #152938)."""
+    import torch.distributed.pipelining.schedules as schedules
+
+    def batch_p2p(p2p_ops, desc=None):
+        return _AllWorks(dist.batch_isend_irecv(p2p_ops)) if p2p_ops else None
+    schedules._batch_p2p = batch_p2p
+
+
+def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microbatches, cuts, wait_all, queue):
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    if wait_all:
+        wait_on_every_p2p_work()
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= world * threads:
+        os.sched_setaffinity(0, cores[rank * threads:(rank + 1) * threads])
+    torch.set_num_threads(threads)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    gen = torch.Generator().manual_seed(42)
+    size = 32 * batch
+    inputs = torch.randn(size, 784, generator=gen)
+    labels = torch.randint(0, 10, (size,), generator=gen)
+    heap = heap_counter()
+    torch.manual_seed(42)
+    layers = [nn.Sequential(nn.Linear(784, 1024), nn.ReLU()), nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()),
+              nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()), nn.Linear(1024, 10)]
+    bounds = [0] + cuts + [len(layers)]
+    part = nn.Sequential(*layers[bounds[rank]:bounds[rank + 1]])
+    del layers
+    stage = PipelineStage(part, rank, world, torch.device("cpu"))
+    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
+    pipe = kind(stage, n_microbatches=microbatches, loss_fn=nn.functional.cross_entropy)
+    opt = torch.optim.SGD(part.parameters(), lr=0.01, momentum=0.9)
+    perm = None
+
+    def step(k):
+        nonlocal perm
+        if k % 32 == 0:  # a new epoch: reshuffle, as ddpbench's loader does
+            perm = torch.randperm(size, generator=torch.Generator().manual_seed(k // 32))
+        idx = perm[(k % 32) * batch:(k % 32 + 1) * batch]
+        if rank == 0:
+            pipe.step(inputs.index_select(0, idx))
+        elif rank == world - 1:
+            pipe.step(target=labels.index_select(0, idx), losses=[])
+        else:
+            pipe.step()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    times = []
+    for k in range(warmup + steps):
+        start = time.perf_counter()
+        step(k)
+        if k >= warmup:
+            times.append((time.perf_counter() - start) * 1e3)
+    held = sum(p.numel() * p.element_size() for p in part.parameters())
+    held += sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
+    peak = step_peak_bytes(lambda: step(warmup + steps), held, heap)
+    if rank == 0:
+        queue.put({"step_ms": times, "peak_bytes": peak, "held_bytes": held,
+                   "peak_method": "heap counter" if heap is not None else "profiler"})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    steps, warmup, batch, threads, world = (int(a) for a in args[:5])
+    schedule, microbatches = args[5], int(args[6])
+    cuts = [int(c) for c in args[7].split(",")]
+    if len(cuts) != world - 1:
+        print(f"python_pp_loop.py: {len(cuts) + 1} stages for {world} ranks", file=sys.stderr)
+        return 2
+    figures, rc = run_ranks("python_pp_loop.py", rank_main, world,
+                            (steps, warmup, batch, threads, schedule, microbatches, cuts, "--wait-all-p2p" in sys.argv))
+    if figures is not None:
+        print(json.dumps(figures))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
