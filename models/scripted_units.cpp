@@ -214,6 +214,62 @@ std::vector<UnitCall> find_units(Graph& graph, const torch::jit::Module& module,
   return units;
 }
 
+// Whether `graph` (forward, its own methods inlined) is a chain of `units`' calls, and its links:
+// nothing at the top level but reading submodules and calling them, each call's one input the
+// output of the call before (the graph's input for the first) used by nothing else, the last call's
+// output returned. Fills `plan`'s chain or says why not.
+void find_chain(Graph& graph, const std::vector<UnitCall>& units, ScriptedUnits& plan) {
+  if (units.empty()) {
+    plan.chain_refusal = "it is one wrap unit (" + plan.reason + ")";
+    return;
+  }
+  if (!plan.held_whole.empty()) {
+    plan.chain_refusal = "forward calls " + plan.held_whole.front() + ", which no stage could hold alone";
+    return;
+  }
+  std::map<Value*, std::string> path_of{{graph.inputs()[0], ""}};
+  std::vector<std::pair<std::string, bool>> calls;  // path, holds a unit
+  std::size_t next_unit = 0;
+  Value* current = graph.inputs()[1];
+  for (Node* n : graph.nodes()) {
+    if (n->kind() == c10::prim::GetAttr && path_of.count(n->input(0))) {
+      path_of[n->output()] = joined(path_of[n->input(0)], n->s(c10::attr::name));
+      continue;
+    }
+    if (n->kind() == c10::prim::Constant) continue;  // an argument: the node that takes it decides
+    const bool a_call = n->kind() == c10::prim::CallMethod && n->s(c10::attr::name) == "forward" && n->inputs().size() == 2 &&
+                        path_of.count(n->input(0)) && n->outputs().size() == 1;
+    if (!a_call) {
+      plan.chain_refusal = "forward does more than call its submodules in turn, each on the one before's output (" +
+                           std::string(n->kind().toQualString()) + ")";
+      return;
+    }
+    const std::string path = path_of[n->input(0)];
+    if (n->input(1) != current || current->uses().size() != 1) {
+      plan.chain_refusal = "forward passes " + (calls.empty() ? std::string("its input") : "'" + calls.back().first + "''s output") +
+                           " to more than the next submodule, or '" + path + "' another value (a residual or a skip connection)";
+      return;
+    }
+    const bool unit = next_unit < units.size() && units[next_unit].call == n;
+    if (unit) ++next_unit;
+    calls.emplace_back(path, unit);
+    current = n->output();
+  }
+  if (graph.outputs().size() != 1 || graph.outputs()[0] != current || current->uses().size() != 1 || next_unit != units.size()) {
+    plan.chain_refusal = "forward does not return the last submodule's output alone";
+    return;
+  }
+  for (const auto& [path, unit] : calls) {
+    if (unit) {
+      plan.chain.push_back({path});
+    } else if (plan.chain.empty()) {
+      plan.chain_head.push_back(path);
+    } else {
+      plan.chain.back().push_back(path);
+    }
+  }
+}
+
 // Routes `value` through ddpbench::leave_unit(index, ...) at the graph's insert point: a tensor
 // directly, a tuple (nn.GRU's (output, h_n), nn.LSTM's (output, (h_n, c_n))) element by element,
 // unpacked and built again, so that every tensor of a unit's output carries the unit's backward
@@ -268,19 +324,20 @@ ScriptedUnits plan_scripted_units(const torch::jit::Module& module) {
   ScriptedUnits plan;
   const auto forward = module.find_method("forward");
   if (!forward) {
-    plan.reason = "the module has no forward method";
+    plan.reason = plan.chain_refusal = "the module has no forward method";
     return plan;
   }
   auto graph = torch::jit::toGraphFunction(forward->function()).graph()->copy();
   if (graph->inputs().size() != 2) {
-    plan.reason = "forward takes " + std::to_string(graph->inputs().size() - 1) + " inputs, not one";
+    plan.reason = plan.chain_refusal = "forward takes " + std::to_string(graph->inputs().size() - 1) + " inputs, not one";
     return plan;
   }
   if (!inline_own_methods(*graph, module)) {
-    plan.reason = "forward calls methods of the module that cannot be followed";
+    plan.reason = plan.chain_refusal = "forward calls methods of the module that cannot be followed";
     return plan;
   }
   const auto units = find_units(*graph, module, plan.reason, plan.held_whole);
+  find_chain(*graph, units, plan);
   if (units.empty()) return plan;
   insert_hooks(*graph, units);
   for (const auto& u : units) plan.paths.push_back(u.path);
@@ -290,6 +347,14 @@ ScriptedUnits plan_scripted_units(const torch::jit::Module& module) {
 
 std::vector<torch::Tensor> unit_parameters(const torch::jit::Module& module, const std::string& path) {
   return parameters_at(module, path);
+}
+
+torch::Tensor call_submodule(const torch::jit::Module& module, const std::string& path, const torch::Tensor& input) {
+  auto output = attribute_at(module, path).toModule().forward({input});
+  if (!output.isTensor()) {
+    throw CaseFailure("--model: submodule '" + path + "' returned " + std::string(output.tagKind()) + ", not one tensor");
+  }
+  return output.toTensor();
 }
 
 torch::Tensor forward_in_units(const ScriptedUnits& units, const torch::jit::Module& module, const torch::Tensor& input,

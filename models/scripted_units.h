@@ -38,6 +38,14 @@ struct ScriptedUnits {
   // forward with the hooks around each unit's call; null when one unit.
   std::shared_ptr<torch::jit::GraphFunction> forward;
 
+  // The module as a chain, what `pp` cuts between stages: forward only calls submodules in turn,
+  // each on what the one before returned (nn.Sequential, exported). Chain unit k is wrap unit k's
+  // call and the calls without parameters after it (an activation); `chain_head` the calls before
+  // the first unit. Empty `chain`: no chain, and `chain_refusal` says why.
+  std::vector<std::vector<std::string>> chain;
+  std::vector<std::string> chain_head;
+  std::string chain_refusal;
+
   // "wrap units (fsdp): its submodules conv1, layer1 in forward's order" or "one wrap unit (fsdp): ...".
   std::string summary() const;
 };
@@ -47,6 +55,9 @@ ScriptedUnits plan_scripted_units(const torch::jit::Module& module);
 
 // The parameters of the submodule at `path` of `module` (one from plan_scripted_units).
 std::vector<torch::Tensor> unit_parameters(const torch::jit::Module& module, const std::string& path);
+
+// `module`'s submodule at `path` called on `input` (a chain's link); its output must be one tensor.
+torch::Tensor call_submodule(const torch::jit::Module& module, const std::string& path, const torch::Tensor& input);
 
 // Runs `units.forward` (not null) on `module` and `input`, calling `hooks` around each unit. The
 // module's forward must return one tensor; anything else throws CaseFailure.

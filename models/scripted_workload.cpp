@@ -94,8 +94,19 @@ class ScriptedModel final : public WorkloadModel {
     torch::nn::Module::train(on);
     module_.train(on);
   }
+  std::size_t chain_length() const override { return units_->chain.size(); }
+  std::string chain_refusal() const override { return units_->chain_refusal; }
+
+ protected:
+  // A chain's links hold no parameters outside its units (find_chain): the head has none.
+  torch::Tensor chain_head(const torch::Tensor& input) override { return through(units_->chain_head, input); }
+  torch::Tensor chain_unit(std::size_t unit, const torch::Tensor& hidden) override { return through(units_->chain.at(unit), hidden); }
 
  private:
+  torch::Tensor through(const std::vector<std::string>& paths, torch::Tensor x) const {
+    for (const auto& path : paths) x = call_submodule(module_, path, x);
+    return x;
+  }
   static std::string flat(std::string name) {
     for (auto& c : name) c = c == '.' ? '_' : c;
     return name;
@@ -258,6 +269,7 @@ class ScriptedWorkload final : public Workload {
       *units = plan_scripted_units(module_);
     } catch (const std::exception& e) {
       units->reason = "forward could not be read: " + telling_line(e.what());
+      units->chain_refusal = units->reason;
       return units;
     }
     if (!units->forward) return units;
@@ -268,13 +280,24 @@ class ScriptedWorkload final : public Workload {
       split.set_unit_hooks(&hooks);
       whole.eval();
       split.eval();
-      if (torch::equal(whole.forward(inputs), split.forward(inputs))) return units;
+      const auto expected = whole.forward(inputs);
+      if (torch::equal(expected, split.forward(inputs))) {
+        if (!units->chain.empty() && !torch::equal(expected, split.forward_range(inputs, 0, units->chain.size()))) {
+          units->chain.clear();
+          units->chain_head.clear();
+          units->chain_refusal = "its submodules called in turn computed another output than forward";
+        }
+        return units;
+      }
       units->reason = "forward split at its submodule calls computed another output";
     } catch (const std::exception& e) {
       units->reason = "forward split at its submodule calls failed: " + telling_line(e.what());
     }
     units->paths.clear();
     units->forward.reset();
+    units->chain.clear();
+    units->chain_head.clear();
+    units->chain_refusal = "it is one wrap unit (" + units->reason + ")";
     return units;
   }
 

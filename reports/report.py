@@ -1,6 +1,6 @@
 """Turn one or more ddpbench results files into PNG charts and one self-contained HTML page.
 
-    ddpbench-report RESULTS.json [MORE.json ...] -o DIR
+    ddpbench-report RESULTS.json [MORE.json ...] -o DIR [--trace TRACE_DIR]
 
 Writes DIR/<chart>.png and DIR/index.html, which embeds every chart as a base64 PNG and makes no
 outside request. Every string taken from the JSON is HTML-escaped. The report is written whole or
@@ -24,7 +24,7 @@ matplotlib.use("Agg")
 matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 
-from . import projection_file, results, stats  # noqa: E402
+from . import pipeline_timeline, projection_file, results, stats  # noqa: E402
 
 PHASE_ORDER = ["data", "replicate", "scatter", "forward", "gather_loss", "backward", "reduce", "comm_exposed",
                "reduce_scatter_exposed", "all_gather_exposed",
@@ -502,14 +502,14 @@ def render_projection_tables(projections):
 # The files a report writes: the charts' PNGs and the page. An earlier report's files of these names
 # that this one does not write (a chart with nothing to draw this time) are removed with it.
 REPORT_FILE = re.compile(r"index\.html|(throughput|scaling|memory|memory_by_kind|memory_vs_throughput|phases|loss|"
-                         r"step_times|micro|projection\d*)\.png")
+                         r"step_times|micro|projection\d*|pipeline_timeline\d*)\.png")
 
 
 def _is_report_file(name):
     return REPORT_FILE.fullmatch(name) is not None
 
 
-def _draw(paths, staging):
+def _draw(paths, staging, trace_dir=None):
     """Draws the whole report into `staging`; returns the page's name and the charts' names there."""
     projections = [(os.path.basename(p),) + projection_file.load(p) for p in paths
                    if projection_file.is_projection_file(p)]
@@ -522,6 +522,8 @@ def _draw(paths, staging):
         path = fn(cases, staging)
         if path:
             charts.append((title, path))
+    if trace_dir is not None:
+        charts += pipeline_timeline.charts(cases, pipeline_timeline.load_traces(trace_dir), staging)
     micro_chart = chart_micro(micro_docs, staging)
     if micro_chart:
         charts.append(("Micro-benchmarks", micro_chart))
@@ -539,7 +541,7 @@ def _draw(paths, staging):
     return "index.html", [os.path.basename(p) for _, p in charts]
 
 
-def write_report(paths, out_dir):
+def write_report(paths, out_dir, trace_dir=None):
     """Writes the report whole or not at all: it is drawn into a temporary directory beside or inside
     `out_dir` (the same file system), and only once every file is written are they renamed into place.
     A failure (a full disk, a file-size limit, a bad input) leaves `out_dir` as it was: an earlier
@@ -554,7 +556,7 @@ def write_report(paths, out_dir):
         os.makedirs(parent, exist_ok=True)
         staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.tmp-", dir=parent)
     try:
-        index, charts = _draw(paths, staging)
+        index, charts = _draw(paths, staging, trace_dir)
         if existed:
             # Renames within one directory need no space: once here, the new report is complete.
             written = set(charts) | {index}
@@ -584,9 +586,11 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="+", help="ddpbench results JSON files, ddpbench-micro files and ddpbench-project --json files")
     p.add_argument("-o", "--output", required=True, help="directory for the PNGs and index.html")
+    p.add_argument("--trace", metavar="DIR", help="the trace files of the run (ddpbench --trace DIR): each pp case's "
+                   "pipeline timeline, one row a rank")
     args = p.parse_args(argv)
     try:
-        index, charts = write_report(args.results, args.output)
+        index, charts = write_report(args.results, args.output, args.trace)
     except results.ResultsError as e:
         print(f"ddpbench-report: {e}", file=sys.stderr)
         return 2

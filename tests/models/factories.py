@@ -378,3 +378,28 @@ class LstmClassifier(nn.Module):
 
 def lstm_classifier():
     return LstmClassifier()
+
+
+def sequential_chain():
+    """An nn.Sequential of three Linear layers with a Tanh after the first two (and a Dropout of p 0
+    after the first): exported, its forward calls its children in turn, so `pp` can cut it between
+    the Linears (chain units [0, 1, 2], [3, 4], [5])."""
+    return nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Dropout(0.0), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
+
+
+class NotAChain(nn.Module):
+    """Three Linear layers with a residual connection: no chain (the first's output feeds two places)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 16)
+        self.b = nn.Linear(16, 16)
+        self.c = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.c(h + self.b(h))
+
+
+def not_a_chain():
+    return NotAChain()

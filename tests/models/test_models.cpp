@@ -368,6 +368,53 @@ TEST(ScriptedModel, ItsSubmoduleCallsAreWrapUnitsWhereGatheringEachAloneChangesN
       << resnet;
 }
 
+// An exported nn.Sequential is a chain: each Linear a unit, the Tanh and Dropout after it in its
+// link; pp cuts it and matches single in float64 at p = 2 and 3. A model whose forward does more
+// than call its children in turn (a residual) is no chain, and pp says why, as it does for
+// torchvision's ResNet (torch.flatten between avgpool and fc).
+TEST(ScriptedModel, AnExportedSequentialIsAChainThatPpCuts) {
+  register_scripted_model(units_model("sequential_chain"), {"name=chain-seq"});
+  auto model = WorkloadRegistry::instance().get("chain-seq").make_model();
+  ASSERT_EQ(model->chain_length(), 3u) << model->chain_refusal();
+  const auto input = WorkloadRegistry::instance().get("chain-seq").make_dataset(4, 1).inputs;
+  const auto whole = model->forward(input);
+  auto hidden = model->forward_range(input, 0, 1);
+  hidden = model->forward_range(hidden, 1, 3);
+  EXPECT_TRUE(torch::equal(hidden, whole)) << "units [0, 1) then [1, 3) compute forward";
+  EXPECT_EQ(model->forward_range(input, 0, 1).size(1), 32) << "unit 0 is the first Linear and its Tanh";
+
+  register_scripted_model(units_model("not_a_chain"), {"name=chain-not"});
+  const auto refused = WorkloadRegistry::instance().get("chain-not").make_model();
+  EXPECT_EQ(refused->chain_length(), 0u);
+  EXPECT_NE(refused->chain_refusal().find("forward passes 'a''s output to more than the next submodule"), std::string::npos)
+      << refused->chain_refusal();
+
+  register_scripted_model(resnet18_groupnorm(), {"name=chain-resnet"});
+  const auto resnet = WorkloadRegistry::instance().get("chain-resnet").make_model();
+  EXPECT_EQ(resnet->chain_length(), 0u);
+  EXPECT_NE(resnet->chain_refusal().find("in turn, each on the one before's output (aten::flatten)"), std::string::npos)
+      << resnet->chain_refusal();
+
+  ScratchDir dir;
+  const std::string chain = units_model("sequential_chain");
+  for (const std::string world : {"2", "3"}) {
+    SCOPED_TRACE(world);
+    const std::string json = dir.file("w" + world + ".json");
+    const auto r = run_process(quick_run(json, {"--model", chain, "--strategy", "pp", "--world-size", world}));
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    const auto c = cases_of(read_json(json)).at("sequential_chain/pp/world:" + world)["ddpbench"];
+    ASSERT_EQ(c["status"], "ok") << c.dump();
+    EXPECT_EQ(c["parity"]["dtype"], "fp64");
+    EXPECT_LE(c["parity"]["max_rel_param_diff"].get<double>(), 1e-9);
+  }
+  const std::string json = dir.file("not.json");
+  const auto r = run_process(quick_run(json, {"--model", units_model("not_a_chain"), "--strategy", "pp"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const auto c = cases_of(read_json(json)).at("not_a_chain/pp/world:2")["ddpbench"];
+  EXPECT_EQ(c["status"], "skipped");
+  EXPECT_NE(c["reason"].get<std::string>().find("(a residual or a skip connection)"), std::string::npos) << c["reason"];
+}
+
 TEST(ScriptedModel, FsdpGathersEachUnitAloneAndMatchesSingleAtWorldsTwoToFour) {
   ScratchDir dir;
   const std::string model = units_model("layer_list");

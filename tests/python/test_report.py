@@ -309,3 +309,43 @@ def test_a_new_report_replaces_the_earlier_ones_files_and_keeps_others(tmp_path)
     assert (out / "notes.txt").read_text() == "mine"
     assert "mlp/dp-loss-in-model/world:3" not in (out / "index.html").read_text()
     assert not [n for n in os.listdir(out) if n.startswith(".")], "the staging directory was left"
+
+
+def test_a_pp_case_gets_its_pipeline_timeline_from_the_runs_trace(tmp_path):
+    """A real pp run with --trace: the report draws one row a rank from the trace files, the step's
+    forwards and backwards as the ranks ran them; without --trace there is no timeline, and a
+    --trace folder with no trace files is one line and exit code 2."""
+    from reports import pipeline_timeline
+    trace, run = tmp_path / "trace", tmp_path / "pp.json"
+    trace.mkdir()
+    r = subprocess.run([os.path.join(BUILD, "ddpbench"), "--device", "cpu", "--strategy", "pp", "--workload", "mlp",
+                        "--batch", "16", "--steps", "2", "--warmup", "1", "--repetitions", "1", "--parity-steps", "0",
+                        "--pp-schedule", "gpipe", "--microbatches", "4", "--trace", str(trace), "--json", str(run)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "report"
+    r = subprocess.run([SCRIPT, str(run), "-o", str(out), "--trace", str(trace)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (out / "pipeline_timeline.png").read_bytes().startswith(PNG_MAGIC)
+    assert "Pipeline timeline: mlp/pp/world:2" in (out / "index.html").read_text()
+
+    timeline = pipeline_timeline.one_step(pipeline_timeline.load_traces(str(trace))["mlp/pp/world:2"])
+    assert sorted(timeline) == [0, 1]
+    for rank in (0, 1):
+        names = [n for n, _, _ in timeline[rank] if n in ("forward", "backward")]
+        # GPipe: the four micro-batches' forwards, then their backwards.
+        assert names == ["forward"] * 4 + ["backward"] * 4, (rank, names)
+    first = {rank: next(s for n, s, _ in timeline[rank] if n == "forward") for rank in (0, 1)}
+    ends = [s + d for n, s, d in timeline[0] if n == "forward"]
+    assert first[1] >= ends[0] - 0.05, "rank 1's first forward waits for rank 0's to end"
+
+    plain = tmp_path / "plain"
+    r = subprocess.run([SCRIPT, str(run), "-o", str(plain)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert not (plain / "pipeline_timeline.png").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = subprocess.run([SCRIPT, str(run), "-o", str(tmp_path / "never"), "--trace", str(empty)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "--trace" in r.stderr and "no ddpbench-rank" in r.stderr, r.stderr
+    assert not (tmp_path / "never").exists()
