@@ -24,7 +24,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.interleave import build_heap_counter, ddpbench_case, parser, peer_environment, report, run_rounds  # noqa: E402
+from benchmarks.interleave import ddpbench_case, parser, peer_environment_counting_heap, report, run_rounds  # noqa: E402
 
 import json  # noqa: E402
 import subprocess  # noqa: E402
@@ -48,11 +48,8 @@ def main():
         return run
 
     heap_dir = tempfile.TemporaryDirectory()
-    env = peer_environment()
-    counter = build_heap_counter(heap_dir.name)
-    if counter:
-        env["LD_PRELOAD"] = counter
-    else:
+    env, counter = peer_environment_counting_heap(heap_dir.name)
+    if not counter:
         print("compare_fsdp: no C compiler (cc) to build benchmarks/heap_counter.c: the peer's peak comes from "
               "torch.profiler's memory events, which are no exact peak (python_fsdp_loop.py)", file=sys.stderr)
     between = {}

@@ -24,7 +24,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.interleave import build_heap_counter, ddpbench_case, parser, peer_environment, report, run_rounds  # noqa: E402
+from benchmarks.interleave import ddpbench_case, parser, peer_environment_counting_heap, report, run_rounds  # noqa: E402
 
 
 def even_cuts(units, stages):
@@ -63,10 +63,7 @@ def main():
         return run
 
     heap_dir = tempfile.TemporaryDirectory()
-    env = peer_environment()
-    counter = build_heap_counter(heap_dir.name)
-    if counter:
-        env["LD_PRELOAD"] = counter
+    env, counter = peer_environment_counting_heap(heap_dir.name)
 
     def peer(name, schedule):
         def run():

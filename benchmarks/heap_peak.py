@@ -5,8 +5,6 @@ interleave.py); otherwise from torch.profiler's memory events, which see one thr
 peak. Shared by python_fsdp_loop.py and python_pp_loop.py."""
 import ctypes
 
-import torch
-
 
 def heap_counter():
     """benchmarks/heap_counter.c's functions when this process runs under it (LD_PRELOAD), or None."""

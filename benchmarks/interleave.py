@@ -68,6 +68,17 @@ def build_heap_counter(directory):
     return library
 
 
+def peer_environment_counting_heap(directory):
+    """(peer_environment() with benchmarks/heap_counter.c built into `directory` and preloaded, the
+    counter's path); the path is None, and nothing preloaded, where there is no C compiler: the
+    peer then reads its peak from torch.profiler's memory events (benchmarks/heap_peak.py)."""
+    env = peer_environment()
+    counter = build_heap_counter(directory)
+    if counter:
+        env["LD_PRELOAD"] = counter
+    return env, counter
+
+
 def run_rounds(tools, rounds):
     """tools: {name: callable returning a mean step time in ms}. Returns {name: [ms per round]}."""
     names = list(tools)

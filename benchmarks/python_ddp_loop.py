@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from rank_processes import run_ranks
+from rank_processes import join_gloo_group, run_ranks
 
 
 # Debian trixie's torch 2.6 is built without libuv, which TCPStore asks for by default since 2.4.
@@ -25,11 +25,7 @@ os.environ.setdefault("USE_LIBUV", "0")
 
 
 def rank_main(rank, world, port, steps, warmup, batch, threads, bucket_mb, optimizer, queue):
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) >= world * threads:
-        os.sched_setaffinity(0, cores[rank * threads:(rank + 1) * threads])
-    torch.set_num_threads(threads)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    join_gloo_group(rank, world, port, threads)
     torch.manual_seed(42)
     model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
                           nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))

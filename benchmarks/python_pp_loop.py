@@ -31,7 +31,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from heap_peak import heap_counter, step_peak_bytes
-from rank_processes import run_ranks
+from rank_processes import join_gloo_group, run_ranks
 
 # Debian trixie's torch 2.6 is built without libuv, which TCPStore asks for by default since 2.4.
 os.environ.setdefault("USE_LIBUV", "0")
@@ -63,12 +63,7 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microb
 
     if wait_all:
         wait_on_every_p2p_work()
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) >= world * threads:
-        os.sched_setaffinity(0, cores[rank * threads:(rank + 1) * threads])
-    torch.set_num_threads(threads)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_gloo_group(rank, world, port, threads)
     gen = torch.Generator().manual_seed(42)
     size = 32 * batch
     inputs = torch.randn(size, 784, generator=gen)

@@ -1,5 +1,6 @@
 """The PyTorch peers' ranks as processes (python_ddp_loop.py, python_fsdp_loop.py): spawned, rank 0's
 figures collected, and a rank that dies first ending the run instead of leaving it waiting."""
+import os
 import socket
 import sys
 from queue import Empty
@@ -36,3 +37,16 @@ def run_ranks(name, rank_main, world, args):
     for p in procs:
         p.join()
     return figures, 0 if all(p.exitcode == 0 for p in procs) else 1
+
+
+def join_gloo_group(rank, world, port, threads):
+    """What every peer rank does first: pins itself to its own cores where the host has enough (as
+    ddpbench pins its ranks), takes `threads` intra-op threads and joins the world's Gloo group."""
+    import torch
+    import torch.distributed as dist
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= world * threads:
+        os.sched_setaffinity(0, cores[rank * threads:(rank + 1) * threads])
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+

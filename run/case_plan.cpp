@@ -1,5 +1,7 @@
 #include "run/case_plan.h"
 
+#include <algorithm>
+
 #include "base/errors.h"
 #include "compat/torch_compat.h"
 #include "distributed/process_group.h"
@@ -47,6 +49,31 @@ void validate_plan(const RunnerOptions& options, const DeviceSet& devices) {
                        std::to_string(batch) + " (" + w + ")");
     }
   }
+  validate_pipeline_flags(options, devices);
+}
+
+// pp's own flags (--microbatches, --stages-per-rank, --pp-split) that shape no case of the run: bad
+// input, one line and exit 2. Where they shape one workload's case and not another's, the other's
+// is skipped saying why, as a case the world or batch does not fit is.
+void validate_pipeline_flags(const RunnerOptions& options, const DeviceSet& devices) {
+  const auto& pp = options.strategy.pipeline;
+  const bool runs_pp = std::find(options.strategies.begin(), options.strategies.end(), "pp") != options.strategies.end();
+  if (!runs_pp || (pp.microbatches == 0 && pp.stages_per_rank == 0 && pp.split.empty())) return;
+  std::optional<std::string> first;
+  for (const auto& w : options.workloads) {
+    CaseSpec spec;
+    spec.workload = w;
+    spec.strategy = "pp";
+    spec.world_size = devices.size();
+    spec.global_batch = global_batch_for(options, WorkloadRegistry::instance().get(w));
+    const auto reason = StrategyRegistry::instance().get("pp").create()->unsupported_reason(spec, devices, options.strategy);
+    const bool names_a_given_flag = reason && ((pp.microbatches > 0 && reason->find("--microbatches") != std::string::npos) ||
+                                               (pp.stages_per_rank > 0 && reason->find("--stages-per-rank") != std::string::npos) ||
+                                               (!pp.split.empty() && reason->find("--pp-split") != std::string::npos));
+    if (!names_a_given_flag) return;  // this workload's case takes the flags
+    if (!first) first = *reason + (reason->find("(" + w + ")") == std::string::npos ? " (" + w + ")" : "");
+  }
+  if (first) throw UsageError(*first);
 }
 
 std::vector<CaseRecord> plan_cases(const RunnerOptions& options, const DeviceSet& devices,

@@ -17,8 +17,12 @@ class ProcessGroupContext;
 std::int64_t global_batch_for(const RunnerOptions& options, const Workload& workload);
 
 // What can be checked before anything runs (--dtype on this device, the batch against the world
-// size, the dataset against the batch); throws UsageError naming the flag.
+// size, the dataset against the batch, pp's flags against the cases); throws UsageError naming the flag.
 void validate_plan(const RunnerOptions& options, const DeviceSet& devices);
+
+// pp's --microbatches, --stages-per-rank or --pp-split where they shape no workload's case of the
+// run (the case's own reason, naming the flag); nothing where they shape one. Part of validate_plan.
+void validate_pipeline_flags(const RunnerOptions& options, const DeviceSet& devices);
 
 // Every case in the order they run. `group`: this process is one rank of a group, so only
 // multi-process strategies run; `has_launcher`: multi-process cases can be handed to rank processes.

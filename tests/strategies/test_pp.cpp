@@ -209,17 +209,38 @@ TEST(PpStages, TheDefaultCutBalancesTheProfiledTimeAndSaysSo) {
   EXPECT_NE(r.out.find("stages cut by time (profiled "), std::string::npos) << r.out;
 }
 
-// A split by hand that does not fit the workload's chain skips the case, naming the flag.
-TEST(PpStages, ASplitPastTheChainSkipsTheCaseSayingWhy) {
+// pp's flags that shape no case of the run are bad input (one line, exit 2, nothing written); where
+// they shape one workload's case and not another's, the other is skipped naming the flag.
+TEST(PpStages, FlagsThatShapeNoCaseAreBadInputAndOnesThatShapeSomeSkipTheRest) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--pp-split", "4"}, "--pp-split 4: cut 4 leaves the last stage no unit of the chain's 4 (mlp)"},
+      {{"--microbatches", "5"}, "--microbatches 5 does not divide the batch of 12 (every micro-batch the same size) (mlp)"},
+      {{"--pp-schedule", "interleaved-1f1b", "--stages-per-rank", "3"},
+       "6 stages (2 ranks x 3 a rank) need a unit each, and mlp has 4: fewer ranks (--world-size) or --stages-per-rank (mlp)"},
+  };
+  for (const auto& [flags, words] : refused) {
+    ScratchDir dir;
+    std::vector<std::string> args = {"--strategy", "pp", "--parity-steps", "0"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto r = run_process(pp_run(dir.file("r.json"), args));
+    EXPECT_EQ(r.exit_code, 2) << words;
+    EXPECT_NE(r.err.find(words), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+    EXPECT_FALSE(testing::path_exists(dir.file("r.json")));
+  }
+  // --pp-split 3 fits mlp's four layers, not the example plug-in's two units: that case is skipped.
   ScratchDir dir;
-  const auto r = run_process(pp_run(dir.file("r.json"), {"--strategy", "pp", "--parity-steps", "0", "--pp-split", "4"}));
+  const auto r = run_process(pp_run(dir.file("r.json"), {"--strategy", "pp", "--parity-steps", "0", "--pp-split", "3",
+                                                         "--workload-lib", DDPBENCH_EXAMPLE_PLUGIN, "--workload",
+                                                         "swish-mlp,mlp", "--steps", "1", "--warmup", "0"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json doc = json::parse(read_text(dir.file("r.json")));
-  const auto& d = (*find_case(doc, "mlp/pp/world:2"))["ddpbench"];
-  EXPECT_EQ(d["status"], "skipped");
-  EXPECT_NE(d["reason"].get<std::string>().find("--pp-split 4: cut 4 leaves the last stage no unit of the chain's 4 (mlp)"),
+  EXPECT_EQ((*find_case(doc, "mlp/pp/world:2"))["ddpbench"]["status"], "ok");
+  const auto& skipped = (*find_case(doc, "swish-mlp/pp/world:2"))["ddpbench"];
+  EXPECT_EQ(skipped["status"], "skipped");
+  EXPECT_NE(skipped["reason"].get<std::string>().find("--pp-split 3: cut 3 leaves the last stage no unit of the chain's 2"),
             std::string::npos)
-      << d["reason"];
+      << skipped["reason"];
 }
 
 // transformer has two units: three stages do not fit, and the case says so instead of failing.
