@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 import hostile
 from build_paths import BUILD, ROOT  # noqa: E402,F401
 sys.path.insert(0, ROOT)
-from reports import report  # noqa: E402
+from reports import cases as report_cases  # noqa: E402
+from reports import charts, report  # noqa: E402
 from reports.results import TO_MS  # noqa: E402
 
 FIXTURES = os.path.join(ROOT, "tests", "python", "fixtures")
@@ -43,13 +44,13 @@ def test_writes_every_chart_and_a_page_that_embeds_them(tmp_path):
 
 
 def test_cases_of_several_files_carry_what_tells_their_files_apart():
-    assert report.source_tags(["all-h100-fp32.json", "all-h100-bf16.json", "all-h100-fp16.json"]) == {
+    assert report_cases.source_tags(["all-h100-fp32.json", "all-h100-bf16.json", "all-h100-fp16.json"]) == {
         "all-h100-fp32.json": "fp32", "all-h100-bf16.json": "bf16", "all-h100-fp16.json": "fp16"}
-    assert report.source_tags(["run.json"]) == {"run.json": ""}  # one file: labels as they were
+    assert report_cases.source_tags(["run.json"]) == {"run.json": ""}  # one file: labels as they were
     # A name that is all prefix of another keeps its whole name rather than an empty tag.
-    assert report.source_tags(["a.json", "ab.json"]) == {"a.json": "a.json", "ab.json": "b"}
+    assert report_cases.source_tags(["a.json", "ab.json"]) == {"a.json": "a.json", "ab.json": "b"}
     docs = [(os.path.basename(p), json.load(open(p))) for p in (WORLD2, WORLD3)]
-    tags = {c.tag for c in report.collect_cases(docs)}
+    tags = {c.tag for c in report_cases.collect_cases(docs)}
     assert tags == {"2", "3"}
 
 
@@ -138,7 +139,7 @@ def write_doc(tmp_path, doc, name="doc.json"):
 def test_the_step_time_column_has_the_time_and_its_interval(tmp_path):
     # Issue 43 item 11: the column "step time +-95%" held the interval alone.
     docs = [("w2.json", json.load(open(WORLD2)))]
-    for c in report.collect_cases(docs):
+    for c in report_cases.collect_cases(docs):
         text = report.step_time_text(c)
         if not c.throughputs:
             assert text == "-"
@@ -150,9 +151,9 @@ def test_the_step_time_column_has_the_time_and_its_interval(tmp_path):
 
 def test_coinciding_points_share_one_label():
     # Issue 43 item 11: labels of points at one place were drawn one over the other.
-    labelled = report.shared_labels([("ddp 2", 100.0, 50.0), ("zero1 2", 100.2, 50.1), ("single 1", 40.0, 30.0)])
+    labelled = charts.shared_labels([("ddp 2", 100.0, 50.0), ("zero1 2", 100.2, 50.1), ("single 1", 40.0, 30.0)])
     assert labelled == [((100.0, 50.0), "ddp 2, zero1 2"), ((40.0, 30.0), "single 1")]
-    assert len(report.shared_labels([("a", 100.0, 50.0), ("b", 80.0, 50.0)])) == 2
+    assert len(charts.shared_labels([("a", 100.0, 50.0), ("b", 80.0, 50.0)])) == 2
 
 
 def test_an_interrupted_run_says_so_at_the_top(tmp_path):
@@ -251,9 +252,9 @@ def test_memory_by_kind_is_charted_where_the_split_is_known_and_only_there(tmp_p
 
 def test_memory_against_throughput_has_one_point_per_case_at_its_fullest_device_and_median(tmp_path):
     docs = [("w2", json.load(open(WORLD2))), ("w3", json.load(open(WORLD3)))]
-    cases = report.collect_cases(docs)
-    points = report.memory_throughput_points(cases)
-    assert len(points) == len(report.measured(cases)) > 3
+    cases = report_cases.collect_cases(docs)
+    points = charts.memory_throughput_points(cases)
+    assert len(points) == len(report_cases.measured(cases)) > 3
     for c, mib, tput in points:
         peaks = [m["peak_allocated_bytes"] for m in c.median["ddpbench"]["memory"]]
         assert mib == max(peaks) / 2 ** 20 and mib > 0
@@ -261,9 +262,9 @@ def test_memory_against_throughput_has_one_point_per_case_at_its_fullest_device_
     # A case without memory figures (an older file, or memory not measured) is left out, not drawn at 0.
     for b in docs[0][1]["benchmarks"]:
         b["ddpbench"].pop("memory", None)
-    assert len(report.memory_throughput_points(report.collect_cases(docs))) == len(
-        report.measured(report.collect_cases(docs[1:])))
-    path = report.chart_memory_vs_throughput(cases, str(tmp_path))
+    assert len(charts.memory_throughput_points(report_cases.collect_cases(docs))) == len(
+        report_cases.measured(report_cases.collect_cases(docs[1:])))
+    path = charts.chart_memory_vs_throughput(cases, str(tmp_path))
     assert open(path, "rb").read().startswith(PNG_MAGIC)
 
 
