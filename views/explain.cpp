@@ -1,6 +1,7 @@
 #include "views/explain.h"
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -77,28 +78,46 @@ void add_sharded_lines(const std::vector<const CaseRecord*>& cases, std::vector<
 
 // A pipeline's bubble beside its formula's for equal stages, and why they part: a stage that
 // computes longer than the others (every other waits for it), or, where the stages are even, the
-// sends and receives nothing hid. From the last repetition's ranks.
+// sends and receives nothing hid. The median over the repetitions, with their range where there
+// are several: one repetition's figure on a noisy host is one sample.
 void add_pipeline_lines(const std::vector<const CaseRecord*>& cases, std::vector<std::string>& lines) {
   for (const CaseRecord* c : cases) {
-    const auto& r = c->repetitions.back();
-    if (!r.comm || !r.comm->pipeline || r.ranks.empty()) continue;
-    const auto& p = *r.comm->pipeline;
-    double waiting = 0, most = 0, least = -1;
-    int busiest = 0;
-    for (const auto& rank : r.ranks) {
-      const double wait = rank.phase_seconds[static_cast<int>(Phase::PipelineWait)];
-      waiting += rank.mean_step_seconds > 0 ? wait / rank.mean_step_seconds : 0;
-      const double busy = rank.mean_step_seconds - wait;
-      if (busy > most) {
-        most = busy;
-        busiest = rank.rank;
+    const auto& last = c->repetitions.back();
+    if (!last.comm || !last.comm->pipeline || last.ranks.empty()) continue;
+    const auto& p = *last.comm->pipeline;
+    std::vector<double> waiting;            // each repetition's mean share of the step waited
+    std::map<int, std::vector<double>> busy;  // each rank's step less its waits, each repetition
+    for (const auto& r : c->repetitions) {
+      if (r.ranks.empty()) continue;
+      double share = 0;
+      for (const auto& rank : r.ranks) {
+        const double wait = rank.phase_seconds[static_cast<int>(Phase::PipelineWait)];
+        share += rank.mean_step_seconds > 0 ? wait / rank.mean_step_seconds : 0;
+        busy[rank.rank].push_back(rank.mean_step_seconds - wait);
       }
-      if (least < 0 || busy < least) least = busy;
+      waiting.push_back(share / static_cast<double>(r.ranks.size()));
     }
-    waiting /= static_cast<double>(r.ranks.size());
+    double most = 0, least = -1;
+    int busiest = 0;
+    for (const auto& [rank, times] : busy) {
+      const double m = stats::median(times);
+      if (m > most) {
+        most = m;
+        busiest = rank;
+      }
+      if (least < 0 || m < least) least = m;
+    }
+    const double wait = stats::median(waiting);
+    std::string spread;
+    if (waiting.size() > 1) {
+      spread = format(" (%.0f-", 100 * *std::min_element(waiting.begin(), waiting.end())) +
+               format("%.0f%% over ", 100 * *std::max_element(waiting.begin(), waiting.end())) +
+               std::to_string(waiting.size()) + " repetitions)";
+    }
     std::string line = c->spec.name() + ": " + p.schedule + ", " + std::to_string(p.stages) + " stages, " +
                        std::to_string(p.microbatches) + " micro-batches: waiting on neighbours " +
-                       format("%.0f%% of the step against %.0f%% for equal stages", 100 * waiting, 100 * p.expected_bubble);
+                       format("%.0f%% of the step", 100 * wait) + spread +
+                       format(" against %.0f%% for equal stages", 100 * p.expected_bubble);
     line += "; stages cut by " + p.balance;
     if (!p.stage_profile_seconds.empty()) {
       std::string profiled;
@@ -107,7 +126,7 @@ void add_pipeline_lines(const std::vector<const CaseRecord*>& cases, std::vector
     }
     if (least > 0 && most / least >= 1.1) {
       line += "; rank " + std::to_string(busiest) + format(" computes %.2fx as long as the least busy", most / least);
-    } else if (waiting > p.expected_bubble + 0.05) {
+    } else if (wait > p.expected_bubble + 0.05) {
       line += "; the ranks compute within 10% of each other, so the rest is sends and receives nothing hid";
     }
     lines.push_back(line);

@@ -106,6 +106,48 @@ TEST(Explain, SaysWhatEachShardedCaseSavesAndCostsAgainstDdpInTheUsersTerms) {
   EXPECT_EQ(line_of("wide-logits/ddp/world:2"), "") << "ddp is the reference, not a sharded case";
 }
 
+// A pipeline's line: the bubble's median over the repetitions with their range, beside the formula;
+// the cut and its profile; and the rank that computes longest, by its median.
+TEST(Explain, APipelinesBubbleIsTheMedianOverRepetitionsWithTheirRange) {
+  RunRecord record;
+  CaseRecord c;
+  c.spec = {"mlp", "pp", 2, 64};
+  // Rank 1 computes 1.5x rank 0's 40 ms; waits: (20/60 + 0/60) / 2 = 1/6, then 1/4 and 1/5.
+  for (const double wait : {20.0, 30.0, 24.0}) {
+    RepetitionRecord r;
+    r.step_seconds = {0.06, 0.06};
+    for (int rank = 0; rank < 2; ++rank) {
+      RankRecord k;
+      k.rank = rank;
+      k.mean_step_seconds = 0.06;
+      k.phase_seconds[static_cast<int>(Phase::PipelineWait)] = rank == 0 ? wait / 1e3 : 0.0;
+      r.ranks.push_back(k);
+    }
+    CommSummary comm;
+    CommSummary::Pipeline line;
+    line.schedule = "1f1b";
+    line.stages = 2;
+    line.microbatches = 4;
+    line.expected_bubble = 0.2;
+    line.balance = "time";
+    line.stage_profile_seconds = {0.010, 0.0125};
+    comm.pipeline = line;
+    r.comm = comm;
+    c.repetitions.push_back(r);
+  }
+  record.cases.push_back(c);
+  const auto why = explain(record);
+  ASSERT_EQ(why.size(), 1u);
+  std::string found;
+  for (const auto& l : why[0].lines)
+    if (l.rfind("mlp/pp/world:2: 1f1b", 0) == 0) found = l;
+  // Rank 0 waits 24 ms (the median) and computes 36; rank 1 computes 60: 1.67x.
+  EXPECT_EQ(found,
+            "mlp/pp/world:2: 1f1b, 2 stages, 4 micro-batches: waiting on neighbours 20% of the step (17-25% over 3 "
+            "repetitions) against 20% for equal stages; stages cut by time (profiled 10/12.5 ms a micro-batch, 1.11x the "
+            "mean at most); rank 1 computes 1.67x as long as the least busy");
+}
+
 TEST(Explain, NothingMeasuredNothingToSay) {
   RunRecord record;
   CaseRecord skipped;
