@@ -73,11 +73,16 @@ std::vector<double> profile_unit_seconds(WorkloadModel& model, const Workload& w
   }
   const auto placed = [&](const torch::Tensor& t) { return t.is_floating_point() ? t.to(device, dtype) : t.to(device); };
   const torch::Tensor inputs = placed(sample.inputs), targets = placed(sample.targets);
-  constexpr int kWarmup = 1, kMeasured = 3;
+  // One pass to warm up, then at least 3 and until 0.2 s have been measured (at most 20): a unit's
+  // time is the least of its passes, since a busy host only ever adds to it.
+  constexpr int kWarmup = 1, kLeastMeasured = 3, kMostMeasured = 20;
+  constexpr double kMeasuredSeconds = 0.2;
+  double measured = 0;
   std::vector<std::vector<double>> seconds(n);
   using Clock = std::chrono::steady_clock;
   const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  for (int pass = 0; pass < kWarmup + kMeasured; ++pass) {
+  for (int pass = 0; pass < kWarmup + kMostMeasured; ++pass) {
+    if (pass >= kWarmup + kLeastMeasured && measured >= kMeasuredSeconds) break;
     std::vector<torch::Tensor> in(n), out(n);
     std::vector<double> took(n, 0.0);
     torch::Tensor loss, hidden = inputs;
@@ -106,8 +111,12 @@ std::vector<double> profile_unit_seconds(WorkloadModel& model, const Workload& w
       synchronize(device);
       took[k] += since(start);
     }
-    if (pass >= kWarmup)
-      for (std::size_t u = 0; u < n; ++u) seconds[u].push_back(took[u]);
+    if (pass >= kWarmup) {
+      for (std::size_t u = 0; u < n; ++u) {
+        seconds[u].push_back(took[u]);
+        measured += took[u];
+      }
+    }
     for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
   }
   {
@@ -115,12 +124,9 @@ std::vector<double> profile_unit_seconds(WorkloadModel& model, const Workload& w
     for (std::size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved_buffers[i]);
   }
   generator.set_state(generator_state);
-  std::vector<double> medians;
-  for (auto& s : seconds) {
-    std::sort(s.begin(), s.end());
-    medians.push_back(s[s.size() / 2]);
-  }
-  return medians;
+  std::vector<double> least;
+  for (const auto& s : seconds) least.push_back(*std::min_element(s.begin(), s.end()));
+  return least;
 }
 
 StagePlan plan_stages(WorkloadModel& model, const Workload& workload, const PipelineOptions& options, int stages,

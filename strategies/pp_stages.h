@@ -31,8 +31,9 @@ struct StagePlan {
 StagePlan plan_stages(WorkloadModel& model, const Workload& workload, const PipelineOptions& options, int stages,
                       std::int64_t rows, const c10::Device& device, Precision precision, ProcessGroupContext& group);
 
-// Each unit's forward + backward seconds on a micro-batch of `rows` samples, the median of three
-// passes after one to warm up; the chain's head counts with unit 0, its tail and the loss with the
+// Each unit's forward + backward seconds on a micro-batch of `rows` samples: the least over the
+// passes after one to warm up (at least 3, and until 0.2 s are measured, at most 20), since a busy
+// host only adds to a time; the chain's head counts with unit 0, its tail and the loss with the
 // last unit, since those stages hold them whatever the cut.
 std::vector<double> profile_unit_seconds(WorkloadModel& model, const Workload& workload, std::int64_t rows,
                                          const c10::Device& device, Precision precision);
