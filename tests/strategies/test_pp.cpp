@@ -147,10 +147,11 @@ TEST(PpMemory, OneFOneBHoldsFewerActivationsOnTheFirstStageThanGPipe) {
 }
 
 // On a workload whose units take known, equal times (tests/support/timed_chain_plugin.cpp: four
-// units sleeping 4 ms forward and 8 ms backward), the share of the step the ranks wait on their
+// units sleeping 10 ms forward and 20 ms backward), the share of the step the ranks wait on their
 // neighbours is the schedule's formula, (p - 1) / (m + p - 1), or (p - 1) / (V m + p - 1)
 // interleaved, at p = 2 and several m, to within 5 points: the rest of a step (the loss's
-// all-reduce, the optimizer of 8x8 layers) is small beside 24 ms of a stage's work a micro-batch.
+// all-reduce, the optimizer of 8x8 layers, a hop's wake-up) is small beside 60 ms of a stage's
+// work a micro-batch.
 TEST(PpBubble, FollowsTheFormulaOnEqualStages) {
   struct Shape {
     std::string schedule;
@@ -167,7 +168,8 @@ TEST(PpBubble, FollowsTheFormulaOnEqualStages) {
          {"--dataset-size", "64"}, {"--timeout", "30"}},
         dir.file("r.json"),
         {"--workload-lib", DDPBENCH_TIMED_CHAIN_PLUGIN, "--workload", "timed-chain", "--strategy", "pp", "--parity-steps", "0",
-         "--pp-schedule", shape.schedule, "--microbatches", std::to_string(shape.microbatches)}));
+         "--pp-schedule", shape.schedule, "--microbatches", std::to_string(shape.microbatches)}),
+        0, {{"DDPBENCH_TIMED_UNIT_MS", "10"}});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const json doc = json::parse(read_text(dir.file("r.json")));
     const auto& d = (*find_case(doc, "timed-chain/pp/world:2"))["ddpbench"];
