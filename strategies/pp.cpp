@@ -360,10 +360,15 @@ class PipelineStrategy final : public Strategy {
   }
 
   // Sends are kept (with their tensors) until known complete: an activation held to the step's end
-  // would hold every micro-batch's, and 1F1B would keep what GPipe keeps.
+  // would hold every micro-batch's, and 1F1B would keep what GPipe keeps. A completed one is still
+  // waited on, which returns at once, so that a send that failed says so here.
   void release_finished_sends() {
     pending_sends_.erase(std::remove_if(pending_sends_.begin(), pending_sends_.end(),
-                                        [](const PendingSend& s) { return s.work->isCompleted(); }),
+                                        [this](const PendingSend& s) {
+                                          if (!s.work->isCompleted()) return false;
+                                          group_->wait(s.work, "pp: a send to the next or previous stage");
+                                          return true;
+                                        }),
                          pending_sends_.end());
   }
   void finish_send(int tag, PhaseRecorder& phases) {

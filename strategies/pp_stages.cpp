@@ -36,7 +36,7 @@ std::vector<std::int64_t> stage_parameter_counts(WorkloadModel& model, const pip
   return out;
 }
 
-// One unit's parameter elements a unit, the head's with unit 0 and the tail's with the last: the
+// Each unit's parameter elements, the head's with unit 0 and the tail's with the last: the
 // costs --pp-balance params cuts by.
 std::vector<double> unit_parameter_costs(WorkloadModel& model) {
   const std::size_t n = model.chain_length();
