@@ -16,10 +16,10 @@
 #include "devices/counting_allocator.h"
 #include "base/errors.h"
 #include "cli/options_codec.h"
+#include "cli/pipeline_flags.h"
 #include "strategies/strategy.h"
 #include "compat/torch_compat.h"
 #include "models/workload_sources.h"
-#include "pipeline/schedule.h"
 #include "workloads/gpt2_size.h"
 #include "workloads/workload.h"
 
@@ -304,16 +304,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_option("--workers", hogwild_workers,
                  "hogwild: workers over the world size's devices, round-robin (default: one per device; on CUDA all "
                  "share device 0, each on its own stream)");
-  std::string pp_schedule, microbatches, stages_per_rank, pp_balance, pp_split;
-  app.add_option("--pp-schedule", pp_schedule,
-                 "pp: naive (one batch, one stage busy at a time) | gpipe | 1f1b (default) | interleaved-1f1b");
-  app.add_option("--microbatches", microbatches,
-                 "pp: micro-batches a step (default: 2 x stages, or the most below that which divides the batch)");
-  app.add_option("--stages-per-rank", stages_per_rank, "pp, interleaved-1f1b: model chunks a rank holds (default 2)");
-  app.add_option("--pp-balance", pp_balance,
-                 "pp: cut the stages so each takes about the same time (default: each unit's forward + backward "
-                 "profiled on rank 0 first), holds about the same parameters (params), or units (even)");
-  app.add_option("--pp-split", pp_split, "pp: cut the chain of units before these units, by hand: 4,8 gives [0,4) [4,8) [8,end)");
+  PipelineFlags pipeline_flags;
+  pipeline_flags.add_to(app);
   std::string trace_dir;
   app.add_option("--trace", trace_dir, "write a Chrome trace-event file per rank into this directory");
   app.add_flag("--list", list, "list every strategy and workload, one line each");
@@ -495,54 +487,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       throw UsageError(std::string(flag) + ": applies to hogwild only, which --strategy does not include");
     }
   }
-  auto& pp = r.strategy.pipeline;
-  if (!pp_schedule.empty()) {
-    const auto kind = pipeline::parse_schedule(pp_schedule);
-    if (!kind) throw UsageError("--pp-schedule: unknown schedule '" + pp_schedule + "' (naive, gpipe, 1f1b, interleaved-1f1b)");
-    pp.schedule = *kind;
-  }
-  // At most 2^16: a message tag packs micro-batch x 4096 + stage into an int (strategies/pp.cpp).
-  if (!microbatches.empty()) pp.microbatches = static_cast<int>(parse_count("--microbatches", microbatches, 1, 1 << 16));
-  if (!stages_per_rank.empty()) pp.stages_per_rank = static_cast<int>(parse_count("--stages-per-rank", stages_per_rank, 1, 1024));
-  for (const auto& [flag, given] : std::vector<std::pair<const char*, bool>>{
-           {"--pp-schedule", !pp_schedule.empty()}, {"--microbatches", !microbatches.empty()},
-           {"--stages-per-rank", !stages_per_rank.empty()}, {"--pp-balance", !pp_balance.empty()},
-           {"--pp-split", !pp_split.empty()}}) {
-    if (given && !runs_any_of({"pp"})) throw UsageError(std::string(flag) + ": applies to pp only, which --strategy does not include");
-  }
-  if (!pp_balance.empty()) {
-    const auto kind = pipeline::parse_balance(pp_balance);
-    if (!kind) throw UsageError("--pp-balance: unknown balance '" + pp_balance + "' (time, params, even)");
-    if (!pp_split.empty()) throw UsageError("--pp-balance: cannot be given with --pp-split, which cuts by hand");
-    pp.balance = *kind;
-  }
-  if (!pp_split.empty()) {
-    pp.split.clear();
-    for (std::size_t start = 0; start <= pp_split.size();) {
-      const std::size_t comma = std::min(pp_split.find(',', start), pp_split.size());
-      pp.split.push_back(static_cast<std::size_t>(parse_count("--pp-split", pp_split.substr(start, comma - start), 1, 1 << 20)));
-      start = comma + 1;
-    }
-    for (std::size_t i = 1; i < pp.split.size(); ++i) {
-      if (pp.split[i] <= pp.split[i - 1]) throw UsageError("--pp-split " + pp_split + ": cut points must rise");
-    }
-    // The stage count is the world's times the chunks a rank: a split of another count fits no case.
-    const int chunks = pp.stages_per_rank > 0 ? pp.stages_per_rank : (pp.schedule == pipeline::ScheduleKind::Interleaved1F1B ? 2 : 1);
-    if (!world_size.empty() && pp.split.size() + 1 != static_cast<std::size_t>(cmd.devices.world_size * chunks)) {
-      throw UsageError("--pp-split " + pp_split + ": cuts " + std::to_string(pp.split.size() + 1) + " stages, and --world-size " +
-                       world_size + (chunks > 1 ? " x " + std::to_string(chunks) + " chunks a rank" : "") + " runs " +
-                       std::to_string(cmd.devices.world_size * chunks));
-    }
-  }
-  // What the schedule refuses whatever the world and batch: --stages-per-rank outside
-  // interleaved-1f1b, or below 2 in it; --microbatches under naive. (The rest depends on the case:
-  // pp skips a case whose world or batch its shape does not fit, saying why.)
-  if (!stages_per_rank.empty() || (pp.schedule == pipeline::ScheduleKind::Naive && !microbatches.empty())) {
-    pipeline::PipelineShape shape;
-    shape.microbatches = pp.microbatches > 0 ? pp.microbatches : 1;
-    shape.chunks_per_rank = pp.stages_per_rank > 0 ? pp.stages_per_rank : 1;
-    if (auto why = pipeline::invalid_shape(pp.schedule, shape)) throw UsageError(*why);
-  }
+  r.strategy.pipeline = pipeline_flags.apply(runs_any_of({"pp"}), world_size.empty() ? std::nullopt
+                                                                                     : std::optional<int>(cmd.devices.world_size));
   if (no_json && app.count("--json") > 0) throw UsageError("--no-json: cannot be given with --json " + json);
   if (no_json) {
     cmd.json_path.reset();
