@@ -24,7 +24,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.interleave import ddpbench_case, parser, peer_environment_counting_heap, report, run_rounds  # noqa: E402
+from benchmarks.interleave import add_to_json, ddpbench_case, parser, peer_environment_counting_heap, report, run_rounds  # noqa: E402
 
 import json  # noqa: E402
 import subprocess  # noqa: E402
@@ -90,12 +90,7 @@ def main():
         print(f"{n}: between steps rank 0 holds at most {extra / 2 ** 20:+.2f} MiB beyond its shards, gradients and "
               f"optimizer state (all it allocated since before the model was built)")
     heap_dir.cleanup()
-    if args.json:
-        with open(args.json) as f:
-            doc = json.load(f)
-        doc["peak_bytes"] = peaks
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
+    add_to_json(args, peak_bytes=peaks)
     return 0
 
 

@@ -24,7 +24,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.interleave import ddpbench_case, parser, peer_environment_counting_heap, report, run_rounds  # noqa: E402
+from benchmarks.interleave import add_to_json, ddpbench_case, parser, peer_environment_counting_heap, report, run_rounds  # noqa: E402
 
 
 def even_cuts(units, stages):
@@ -109,13 +109,7 @@ def main():
     print("ddpbench: device 0's peak_allocated_bytes (its counting allocator); the peer: "
           + ("benchmarks/heap_counter.c, every thread's malloc" if counter else "torch.profiler's memory events"))
     heap_dir.cleanup()
-    if args.json:
-        with open(args.json) as f:
-            doc = json.load(f)
-        doc["peak_bytes"] = peaks
-        doc["hung_rounds"] = hung
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
+    add_to_json(args, peak_bytes=peaks, hung_rounds=hung)
     return 0
 
 

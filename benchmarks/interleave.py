@@ -116,6 +116,17 @@ def parser(doc, rounds, steps, batch):
     return p
 
 
+def add_to_json(args, **fields):
+    """Adds `fields` to the file report() wrote for --json, where one was asked for."""
+    if not args.json:
+        return
+    with open(args.json) as f:
+        doc = json.load(f)
+    doc.update(fields)
+    with open(args.json, "w") as f:
+        json.dump(doc, f, indent=2)
+
+
 def report(args, samples, heading, base, label="loop"):
     """The heading with this machine's name and cores, the table, and the measurements in --json."""
     print(f"{heading}; {platform.node()}, {os.cpu_count()} CPUs")

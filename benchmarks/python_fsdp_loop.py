@@ -26,14 +26,13 @@ last block). --keep-grads: zero_grad(set_to_none=False), gradient shards kept be
 import json
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
 from heap_peak import heap_counter, step_peak_bytes
-from rank_processes import join_gloo_group, run_ranks
+from rank_processes import join_gloo_group, run_ranks, timed_steps
 
 # Debian trixie's torch 2.6 is built without libuv, which TCPStore asks for by default since 2.4.
 os.environ.setdefault("USE_LIBUV", "0")
@@ -93,12 +92,7 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, reshard, keep_gr
         opt.step()
         opt.zero_grad(set_to_none=not keep_grads)
 
-    times = []
-    for k in range(warmup + steps):
-        start = time.perf_counter()
-        step(k)
-        if k >= warmup:
-            times.append((time.perf_counter() - start) * 1e3)
+    times = timed_steps(step, warmup, steps)
     held = sum(local_bytes(p) for p in model.parameters())
     held += sum(local_bytes(p.grad) for p in model.parameters() if p.grad is not None)
     held += sum(local_bytes(v) for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)

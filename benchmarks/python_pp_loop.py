@@ -24,14 +24,13 @@ SCHEDULE: gpipe or 1f1b; CUTS: the layers where stages begin after the first, "2
 import json
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
 from heap_peak import heap_counter, step_peak_bytes
-from rank_processes import join_gloo_group, run_ranks
+from rank_processes import join_gloo_group, run_ranks, timed_steps
 
 # Debian trixie's torch 2.6 is built without libuv, which TCPStore asks for by default since 2.4.
 os.environ.setdefault("USE_LIBUV", "0")
@@ -95,12 +94,7 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microb
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    times = []
-    for k in range(warmup + steps):
-        start = time.perf_counter()
-        step(k)
-        if k >= warmup:
-            times.append((time.perf_counter() - start) * 1e3)
+    times = timed_steps(step, warmup, steps)
     held = sum(p.numel() * p.element_size() for p in part.parameters())
     held += sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
     peak = step_peak_bytes(lambda: step(warmup + steps), held, heap)

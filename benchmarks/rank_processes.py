@@ -3,6 +3,7 @@ figures collected, and a rank that dies first ending the run instead of leaving 
 import os
 import socket
 import sys
+import time
 from queue import Empty
 
 import torch.multiprocessing as mp
@@ -49,4 +50,15 @@ def join_gloo_group(rank, world, port, threads):
         os.sched_setaffinity(0, cores[rank * threads:(rank + 1) * threads])
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+
+
+def timed_steps(step, warmup, steps):
+    """Runs step(k) for k = 0 .. warmup + steps - 1; each measured step's time, in ms."""
+    times = []
+    for k in range(warmup + steps):
+        start = time.perf_counter()
+        step(k)
+        if k >= warmup:
+            times.append((time.perf_counter() - start) * 1e3)
+    return times
 
