@@ -19,7 +19,8 @@ def ddpbench_case(build, flags):
     """The one measured entry (its "ddpbench" fields) of a one-repetition, one-case ddpbench run with `flags`."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "r.json")
-        subprocess.run([os.path.join(build, "ddpbench"), "--repetitions", "1", "--parity-steps", "0",
+        # Exactly one repetition (no adaptive sampling), as the peer runs its steps once.
+        subprocess.run([os.path.join(build, "ddpbench"), "--repetitions", "1", "--target-precision", "0", "--parity-steps", "0",
                         "--json", path] + flags, check=True, stdout=subprocess.DEVNULL)
         (case,) = [b for b in results.load(path)["benchmarks"] if b["run_type"] == "iteration"]
         return case["ddpbench"]
@@ -53,8 +54,10 @@ def peer_environment(base=None):
 
 def tool_step_ms(cmd):
     """Mean step time (ms) of a peer that prints {"step_ms": [...]} on stdout."""
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=peer_environment()).stdout
-    return statistics.fmean(json.loads(out)["step_ms"])
+    done = subprocess.run(cmd, capture_output=True, text=True, env=peer_environment())
+    if done.returncode != 0:  # the peer's own words, which a bare CalledProcessError would drop
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return statistics.fmean(json.loads(done.stdout)["step_ms"])
 
 
 def build_heap_counter(directory):

@@ -9,7 +9,6 @@ ddpbench pins its ranks. Prints rank 0's step times as JSON: {"step_ms": [...]}.
     python_ddp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD [BUCKET_MB [sgd|zero]]
 """
 import json
-import os
 import sys
 import time
 
@@ -18,10 +17,6 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from rank_processes import join_gloo_group, run_ranks
-
-
-# Debian trixie's torch 2.6 is built without libuv, which TCPStore asks for by default since 2.4.
-os.environ.setdefault("USE_LIBUV", "0")
 
 
 def rank_main(rank, world, port, steps, warmup, batch, threads, bucket_mb, optimizer, queue):

@@ -24,7 +24,6 @@ check on one that is, so even by default the last unit is left gathered, as Torc
 last block). --keep-grads: zero_grad(set_to_none=False), gradient shards kept between steps.
 """
 import json
-import os
 import sys
 
 import torch
@@ -33,9 +32,6 @@ import torch.nn as nn
 
 from heap_peak import heap_counter, step_peak_bytes
 from rank_processes import join_gloo_group, run_ranks, timed_steps
-
-# Debian trixie's torch 2.6 is built without libuv, which TCPStore asks for by default since 2.4.
-os.environ.setdefault("USE_LIBUV", "0")
 
 
 def local_bytes(t):

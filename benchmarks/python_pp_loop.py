@@ -22,7 +22,6 @@ Prints rank 0's figures as JSON: {"step_ms": [...], "peak_bytes": N, "held_bytes
 SCHEDULE: gpipe or 1f1b; CUTS: the layers where stages begin after the first, "2" for [0,2) [2,4).
 """
 import json
-import os
 import sys
 
 import torch
@@ -31,9 +30,6 @@ import torch.nn as nn
 
 from heap_peak import heap_counter, step_peak_bytes
 from rank_processes import join_gloo_group, run_ranks, timed_steps
-
-# Debian trixie's torch 2.6 is built without libuv, which TCPStore asks for by default since 2.4.
-os.environ.setdefault("USE_LIBUV", "0")
 
 
 class _AllWorks:

@@ -15,13 +15,14 @@ device, as ddpbench times its steps. Prints one JSON line: {"step_ms": [...]}.
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from rank_processes import free_port
 
 VOCAB, EMBED, LAYERS, HEADS, FEED_FORWARD, SEQUENCE = 1000, 128, 2, 4, 512, 64
 
@@ -107,12 +108,6 @@ def workload(name, batch, device, seq_len=0):
         make_optimizer = lambda p: torch.optim.AdamW(p, lr=1e-3)  # noqa: E731
     # The data stays on the host and each batch is copied over per step, as ddpbench's loader does.
     return model.to(device), make_optimizer, inputs, targets, batch
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv=None):

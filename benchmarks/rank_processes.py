@@ -8,6 +8,10 @@ from queue import Empty
 
 import torch.multiprocessing as mp
 
+# Debian trixie's torch 2.6 is built without libuv, which TCPStore asks for by default since 2.4:
+# every peer that rendezvous imports this module first.
+os.environ.setdefault("USE_LIBUV", "0")
+
 
 def free_port():
     with socket.socket() as s:

@@ -4,7 +4,8 @@
 # GoogleTest and Gloo's headers come from DEPS (default .deps/), which scripts/gather-deps.sh fills
 # on a Debian machine. Extra arguments go to CMake's configure step.
 # Usage: [PYTHON=python3] [DDPBENCH_DEPS_DIR=.deps] [DDPBENCH_BUILD_DIR=build-gpu]
-#        [DDPBENCH_CONFIGURE_ONLY=1] scripts/build-gpu.sh [-DVAR=VALUE ...]
+#        [DDPBENCH_CONFIGURE_ONLY=1] [DDPBENCH_BUILD_TARGETS="ddpbench ..."] scripts/build-gpu.sh [-DVAR=VALUE ...]
+# (DDPBENCH_BUILD_TARGETS: build only these, default all; scripts/gpu-visit.sh builds ddpbench first.)
 # (tests/gpu_build_path.sh runs it on CPU builds too, configure-only, so its steps do not rot.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,5 +50,7 @@ if [ "${DDPBENCH_CONFIGURE_ONLY:-0}" = 1 ]; then
   echo "build-gpu: configured $build_dir against $("$python" -c 'import torch; print("PyTorch", torch.__version__)')"
   exit 0
 fi
-cmake --build "$build_dir"
+targets=()
+for t in ${DDPBENCH_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build_dir" "${targets[@]}"
 echo "build-gpu: built $build_dir/ddpbench against $("$python" -c 'import torch; print("PyTorch", torch.__version__)')"

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# One short visit to a GPU machine in one command (the device tool lends some 15 minutes a session,
+# every start counted): build against the PyTorch wheel, then the GPU measurements the GPU issue owes,
+# one after the other on a few cores, while the rest of the cores build the tests and run the whole
+# CTest with no GPU visible (it tests the wheel's CPU paths and must not share the GPU with a
+# measurement). No step starts after the deadline and none runs past it; whatever ran leaves its log,
+# its JSON and a line in OUTDIR/summary.txt, so a visit cut short still brings back what it measured.
+#
+# Usage: scripts/gpu-visit.sh OUTDIR
+# Environment:
+#   GPU_VISIT_DEADLINE   seconds from the start after which nothing runs (default 520)
+#   GPU_VISIT_STEPS      which of: env build measure ctest report (default: all of them)
+#   GPU_VISIT_MEASURES   which measurements, in this order (default: gpt2 memory memory-bucket-view
+#                        compare-gpt2 resnet50 compare-small all-bf16)
+#   GPU_VISIT_SMOKE=1    every measurement tiny and on the CPU, against DDPBENCH_BUILD_DIR: checks
+#                        this script on a machine without a GPU before a visit spends device time
+#   GPU_VISIT_CTEST_ARGS more ctest arguments (a smoke check's -R FILTER)
+#   DDPBENCH_BUILD_DIR   the build (default build-gpu), PYTHON the interpreter with torch (python3)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+out="${1:?usage: scripts/gpu-visit.sh OUTDIR}"
+mkdir -p "$out"
+out="$(realpath "$out")"
+started=$(date +%s)
+deadline="${GPU_VISIT_DEADLINE:-520}"
+steps="${GPU_VISIT_STEPS:-env build measure ctest report}"
+measures="${GPU_VISIT_MEASURES:-gpt2 memory memory-bucket-view compare-gpt2 resnet50 compare-small all-bf16}"
+smoke="${GPU_VISIT_SMOKE:-0}"
+build="${DDPBENCH_BUILD_DIR:-build-gpu}"
+python="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1
+summary="$out/summary.txt"
+: >"$summary"
+
+elapsed() { echo $(( $(date +%s) - started )); }
+note() { echo "[$(elapsed) s] $*" | tee -a "$summary"; }
+has() { case " $2 " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+# step NAME LIMIT CMD...: CMD with its output in OUTDIR/NAME.log, stopped at LIMIT seconds or at the
+# deadline, whichever comes first; a line in the summary either way.
+step() {
+  local name=$1 limit=$2 remaining
+  shift 2
+  remaining=$(( deadline - $(elapsed) ))
+  if (( remaining < 15 )); then note "$name: not started, the deadline is reached"; return 124; fi
+  (( limit > remaining )) && limit=$remaining
+  local t0 rc
+  t0=$(date +%s)
+  timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  note "$name: rc=$rc in $(( $(date +%s) - t0 )) s$( ((rc == 124)) && echo " (stopped at its limit of $limit s)")"
+  return $rc
+}
+
+# The cores: the measurements get the first few, the tests' build and CTest the rest.
+cores=$(nproc)
+measure_cores=$(( cores >= 12 ? 6 : (cores + 1) / 2 ))
+measure_cpus="0-$(( measure_cores - 1 ))"
+test_cpus="$measure_cores-$(( cores - 1 ))"
+test_jobs=$(( cores - measure_cores ))
+if (( test_jobs < 1 )); then test_cpus="0-$(( cores - 1 ))"; test_jobs=1; fi
+
+# What each measurement runs (ddpbench flags, or a script); the smoke mode shrinks them for a CPU.
+ddpbench=(taskset -c "$measure_cpus" "$build/ddpbench")
+pinned=(taskset -c "$measure_cpus")
+if [ "$smoke" = 1 ]; then
+  gpt2_flags=(--device cpu --batch 2 --seq-len 16 --gpt2-size 2:2:64 --steps 2 --warmup 1)
+  run_flags=(--device cpu --steps 2 --warmup 1)
+  compare_flags=(--device cpu --rounds 1)
+  compare_steps=(--steps 2 --warmup 1)
+  compare_gpt2_flags=(--seq-len 16 --batch 2 --steps 2 --warmup 1)
+  resnet=(32 4)
+  resnet_flags="--device cpu --steps 2 --warmup 1"
+else
+  gpt2_flags=(--steps 20 --warmup 5)
+  run_flags=()
+  compare_flags=(--device cuda --rounds 3)
+  compare_steps=()
+  compare_gpt2_flags=(--steps 20 --warmup 5)
+  resnet=(224 64)
+  resnet_flags="--steps 10 --warmup 3"
+fi
+fixed_reps=(--repetitions 3 --target-precision 0)
+
+measure() {
+  case "$1" in
+    gpt2)  # MFU in bf16 against one GPU's peak, and the sharded strategies over NCCL at world 1
+      step gpt2-bf16 150 "${ddpbench[@]}" --strategy single,ddp,zero1,zero2,fsdp --workload gpt2 --dtype bf16 \
+        "${fixed_reps[@]}" "${gpt2_flags[@]}" --json "$out/gpt2-bf16.json" ;;
+    memory)  # memory by kind on the caching allocator, every strategy one GPU allows
+      step mlp-fp32-all 120 "${ddpbench[@]}" --strategy all --workload mlp "${fixed_reps[@]}" "${run_flags[@]}" \
+        --json "$out/mlp-fp32-all.json" ;;
+    memory-bucket-view)  # ddp's gradients as views of its buckets: the copy PyTorch's DDP keeps by default, gone
+      step mlp-fp32-bucket-view 60 "${ddpbench[@]}" --strategy single,ddp --workload mlp --grad-as-bucket-view \
+        "${fixed_reps[@]}" "${run_flags[@]}" --json "$out/mlp-fp32-bucket-view.json" ;;
+    compare-gpt2)  # against PyTorch's eager loop and DDP at world 1, interleaved rounds
+      step compare-gpt2 180 "${pinned[@]}" "$python" benchmarks/compare_python_api.py --workloads gpt2 --dtype bf16 \
+        "${compare_flags[@]}" "${compare_gpt2_flags[@]}" --build "$build" \
+        --python "$python" --json "$out/compare-gpt2.json" ;;
+    resnet50)  # your own model: torchvision's ResNet-50 exported by this machine's torch
+      DDPBENCH="$build/ddpbench" PYTHON="$python" \
+        DDPBENCH_FLAGS="${fixed_reps[*]} $resnet_flags" \
+        step resnet50 180 "${pinned[@]}" benchmarks/own_model.sh "$out/resnet50" "${resnet[@]}" ;;
+    compare-small)
+      step compare-mlp-transformer 150 "${pinned[@]}" "$python" benchmarks/compare_python_api.py \
+        --workloads mlp,transformer "${compare_flags[@]}" --steps 50 --warmup 10 "${compare_steps[@]}" --build "$build" --python "$python" \
+        --json "$out/compare-mlp-transformer.json" ;;
+    all-bf16)
+      step all-workloads-bf16 150 "${ddpbench[@]}" --strategy all --workload all --dtype bf16 --max-time 5 \
+        "${run_flags[@]}" --json "$out/all-workloads-bf16.json" ;;
+    *) note "unknown measurement $1" ;;
+  esac
+}
+
+if has env "$steps"; then
+  scripts/gpu-check.sh "$out/check" env >/dev/null 2>&1
+  cp "$out/check/env.txt" "$out/env.txt" 2>/dev/null
+  rm -rf "$out/check"
+  note "env: $(sed -n 2p "$out/env.txt" 2>/dev/null); $cores cores: measurements on $measure_cpus, tests on $test_cpus"
+fi
+
+if has build "$steps"; then
+  # ddpbench first, on every core; the tests are built beside the measurements below.
+  if ! DDPBENCH_BUILD_DIR="$build" DDPBENCH_BUILD_TARGETS="ddpbench" step build-ddpbench 300 scripts/build-gpu.sh; then
+    grep -m 30 -E "error|Error" "$out/build-ddpbench.log" | tee -a "$summary"
+    exit 1
+  fi
+fi
+
+tests_pid=""
+if has ctest "$steps"; then
+  (
+    if step build-tests 300 taskset -c "$test_cpus" cmake --build "$build" -j "$test_jobs"; then
+      # The two-minute gpt2 parity test included: this is the whole suite.
+      (cd "$build" && CUDA_VISIBLE_DEVICES="" step ctest 400 taskset -c "$test_cpus" \
+        ctest -j "$test_jobs" --output-on-failure --timeout 300 ${GPU_VISIT_CTEST_ARGS:+$GPU_VISIT_CTEST_ARGS})
+      grep -E "tests passed|tests failed" "$out/ctest.log" | tee -a "$summary"
+      grep -E "^\s+[0-9]+ - .*\((Failed|SEGFAULT|Timeout|Subprocess|Child|Exception)" "$out/ctest.log" | cut -c1-160 |
+        head -40 | tee -a "$summary"
+    else
+      grep -m 30 -E "error|Error" "$out/build-tests.log" | tee -a "$summary"
+    fi
+  ) &
+  tests_pid=$!
+fi
+
+if has measure "$steps"; then
+  for m in $measures; do measure "$m"; done
+fi
+
+if [ -n "$tests_pid" ]; then wait "$tests_pid"; fi
+
+if has report "$steps"; then
+  mapfile -t jsons < <(ls "$out"/gpt2-bf16.json "$out"/mlp-fp32-all.json "$out"/all-workloads-bf16.json \
+                          "$out"/resnet50/*-results.json 2>/dev/null)
+  if [ ${#jsons[@]} -gt 0 ]; then
+    step report 60 "$python" scripts/ddpbench-report "${jsons[@]}" -o "$out/report"
+  fi
+fi
+note "done"
