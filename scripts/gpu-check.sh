@@ -44,7 +44,8 @@ fi
 
 if has ctest; then
   started=$(date +%s)
-  (cd build-gpu && timeout "${GPU_CHECK_CTEST_TIMEOUT:-300}" ctest -j"$(nproc)" --output-on-failure --timeout 240) >"$out/ctest.log" 2>&1
+  # The model-export tests need the interpreter that has torch, not /usr/bin/python3.
+  (cd build-gpu && DDPBENCH_PYTHON="$(command -v "$python")" timeout "${GPU_CHECK_CTEST_TIMEOUT:-300}" ctest -j"$(nproc)" --output-on-failure --timeout 240) >"$out/ctest.log" 2>&1
   note "ctest: rc=$? in $(( $(date +%s) - started )) s: $(grep -E 'tests passed|tests failed' "$out/ctest.log")"
   grep -E "^\s+[0-9]+ - .*\((Failed|SEGFAULT|Timeout|Subprocess|Child|Exception)" "$out/ctest.log" | cut -c1-160 | head -40 |
     tee -a "$summary"

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/errors.h"
 #include "run/parity.h"
 #include "tests/support/test_support.h"
 
@@ -215,6 +216,16 @@ TEST(Runner, AnAddressSpaceLimitTooSmallIsOomWithItsFiguresInEveryOneOfTwentyRun
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "AddressSanitizer reserves terabytes of shadow address space: no ulimit -v lets it start";
 #endif
+  {
+    // The CUDA wheel's libraries (cuSPARSE, cuBLAS, ...) do not even map within the limit (seen on
+    // the H200, 2026-11-27: "libcusparse.so.12: failed to map segment"): no run reaches main there,
+    // so there is no oom path to test, and the test says so rather than failing on the loader.
+    const auto loads = run_process({"/bin/sh", "-c", "ulimit -v 900000 && exec \"$@\" --version", "sh", testing::ddpbench_executable()});
+    if (loads.exit_code == 127 && loads.err.find("error while loading shared libraries") != std::string::npos) {
+      GTEST_SKIP() << "this build's libraries need more than 900,000 KiB of address space to load: "
+                   << first_line(loads.err);
+    }
+  }
   for (int i = 0; i < 20; ++i) {
     const std::string threads = i % 2 == 0 ? "64" : "1";
     SCOPED_TRACE("run " + std::to_string(i) + ", --threads " + threads);
