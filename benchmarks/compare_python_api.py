@@ -10,7 +10,12 @@ takes its mean step time. Ratios are throughputs, ddpbench's over Python's (abov
 
     benchmarks/compare_python_api.py [--workloads mlp,transformer,gpt2] [--device cuda] [--dtype bf16]
                                      [--rounds 5] [--steps 50] [--warmup 10] [--build build-gpu]
-                                     [--seq-len N]
+                                     [--seq-len N] [--gpt2-loss default|plain|fused]
+
+gpt2's loss: by default each side takes its own (ddpbench's fused output projection and loss over
+chunks of tokens, PyTorch's loop the whole logits, as nanoGPT's eager loop); `--gpt2-loss plain` or
+`fused` runs the same path on both sides (python_train_loop.py ports ddpbench's fused loss), so the
+ratio is the harness's alone.
 """
 import argparse
 import json
@@ -30,6 +35,8 @@ def main():
     p.add_argument("--threads", type=int, default=0, help="intra-op threads on CPU (default: each tool's own)")
     p.add_argument("--python", default=sys.executable, help="the interpreter whose torch is the peer")
     p.add_argument("--seq-len", type=int, default=0, help="gpt2: tokens a sample (default: each tool's)")
+    p.add_argument("--gpt2-loss", choices=["default", "plain", "fused"], default="default",
+                   help="gpt2: each side's own loss path, or this one on both sides")
     args = p.parse_args()
 
     ratios, measured = {}, {}
@@ -43,6 +50,8 @@ def main():
             common += ["--threads", str(args.threads)]
         if args.seq_len and workload == "gpt2":
             common += ["--seq-len", str(args.seq_len)]
+        if args.gpt2_loss != "default" and workload == "gpt2":
+            common += ["--gpt2-loss", args.gpt2_loss]
         peer = [args.python, os.path.join(ROOT, "benchmarks", "python_train_loop.py")] + common
         tools = {
             "ddpbench single": lambda: ddpbench_step_ms(args.build, ["--strategy", "single", "--world-size", "1"] + common),
@@ -52,7 +61,8 @@ def main():
         }
         samples = run_rounds(tools, args.rounds)
         measured[workload] = samples
-        med = report(per_workload, samples, f"{workload} on {args.device}, {args.dtype}, batch {args.batch or 'default'}, "
+        loss = f", loss {args.gpt2_loss}" if workload == "gpt2" else ""
+        med = report(per_workload, samples, f"{workload}{loss} on {args.device}, {args.dtype}, batch {args.batch or 'default'}, "
                      f"{args.steps} steps after {args.warmup} warm-up, {args.rounds} interleaved rounds",
                      "ddpbench single")
         ratios[workload] = {"single": med["PyTorch single"] / med["ddpbench single"],

@@ -10,7 +10,7 @@ device, as ddpbench times its steps. Prints one JSON line: {"step_ms": [...]}.
 
     python_train_loop.py --workload mlp|transformer|gpt2 [--strategy single|ddp] [--device cpu|cuda]
                          [--dtype fp32|bf16|fp16] [--steps 30] [--warmup 5] [--batch N] [--threads N]
-                         [--seq-len N]
+                         [--seq-len N] [--gpt2-loss plain|fused]
 """
 import argparse
 import json
@@ -67,8 +67,59 @@ class Gpt2Block(nn.Module):
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
+# One chunk's fp32 logits in the fused loss, as ddpbench's gpt2 sizes it (workloads/gpt2.cpp).
+GPT2_LOGITS_CHUNK_ROWS = (256 << 20) // (GPT2_VOCAB * 4)
+
+
+class ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """ddpbench's fused output projection and loss (workloads/chunked_cross_entropy.cpp), step for
+    step in PyTorch: forward keeps each token's log-sum-exp, backward recomputes one chunk's logits
+    at a time, so the [tokens, vocab] fp32 logits are never whole. Mean cross-entropy, fp32."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, chunk_rows):
+        accumulate = torch.promote_types(hidden.dtype, torch.float32)
+        rows = hidden.size(0)
+        log_sum_exp = torch.empty(rows, device=hidden.device, dtype=accumulate)
+        total = torch.zeros((), device=hidden.device, dtype=accumulate)
+        product_dtype = hidden.dtype
+        for begin in range(0, rows, chunk_rows):
+            n = min(chunk_rows, rows - begin)
+            product = hidden[begin:begin + n] @ weight.t()  # autocast's type, as in ddpbench
+            product_dtype = product.dtype
+            logits = product.to(accumulate)
+            lse = logits.logsumexp(1)
+            picked = logits.gather(1, targets[begin:begin + n].unsqueeze(1)).squeeze(1)
+            total += (lse - picked).sum()
+            log_sum_exp[begin:begin + n] = lse
+        ctx.save_for_backward(hidden, weight, targets, log_sum_exp)
+        ctx.chunk_rows, ctx.product_dtype = chunk_rows, product_dtype
+        return total / rows
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        hidden, weight, targets, log_sum_exp = ctx.saved_tensors
+        rows, accumulate = hidden.size(0), log_sum_exp.dtype
+        scale = grad_output.to(accumulate) / rows
+        w = weight.to(ctx.product_dtype)
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros(weight.shape, device=weight.device, dtype=accumulate)
+        for begin in range(0, rows, ctx.chunk_rows):
+            n = min(ctx.chunk_rows, rows - begin)
+            h = hidden[begin:begin + n].to(ctx.product_dtype)
+            probabilities = ((h @ w.t()).to(accumulate) - log_sum_exp[begin:begin + n].unsqueeze(1)).exp_()
+            probabilities.scatter_add_(1, targets[begin:begin + n].unsqueeze(1),
+                                       torch.full((n, 1), -1.0, device=h.device, dtype=accumulate))
+            grad_logits = (probabilities * scale).to(ctx.product_dtype)
+            grad_hidden[begin:begin + n] = grad_logits @ w
+            grad_weight += (grad_logits.t() @ h).to(accumulate)
+        return grad_hidden, grad_weight.to(weight.dtype), None, None
+
+
 class Gpt2(nn.Module):
-    """ddpbench's `gpt2`: GPT-2 small as nanoGPT writes it (SDPA, pre-LayerNorm, tied output)."""
+    """ddpbench's `gpt2`: GPT-2 small as nanoGPT writes it (SDPA, pre-LayerNorm, tied output).
+    forward(tokens) gives the logits; forward(tokens, targets) the loss through
+    ChunkedLinearCrossEntropy, ddpbench's default path (--gpt2-loss fused)."""
 
     def __init__(self):
         super().__init__()
@@ -76,10 +127,14 @@ class Gpt2(nn.Module):
         self.blocks = nn.ModuleList(Gpt2Block() for _ in range(GPT2_LAYERS))
         self.ln_f = nn.LayerNorm(GPT2_WIDTH)
 
-    def forward(self, tokens):
+    def forward(self, tokens, targets=None):
         h = self.wte(tokens) + self.wpe(torch.arange(tokens.size(1), device=tokens.device)).unsqueeze(0)
         for block in self.blocks:
             h = block(h)
+        if targets is not None:
+            hidden = self.ln_f(h)
+            return ChunkedLinearCrossEntropy.apply(hidden.reshape(-1, hidden.size(-1)), self.wte.weight,
+                                                   targets.reshape(-1), GPT2_LOGITS_CHUNK_ROWS)
         return self.ln_f(h) @ self.wte.weight.t()
 
 
@@ -121,6 +176,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=0, help="global batch (default: the workload's)")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (default: torch's)")
     p.add_argument("--seq-len", type=int, default=0, help="gpt2: tokens a sample (default: 1024 on CUDA, 32 on CPU)")
+    p.add_argument("--gpt2-loss", choices=["plain", "fused"], default="plain",
+                   help="gpt2: whole logits then the loss (nanoGPT's eager loop, default), or ddpbench's fused loss")
     args = p.parse_args(argv)
     if args.dtype == "fp16" and args.device == "cpu":
         p.error("--dtype fp16 needs --device cuda")
@@ -149,9 +206,13 @@ def main(argv=None):
         b = i % 32
         x = inputs[b * batch:(b + 1) * batch].to(device, non_blocking=True)
         y = targets[b * batch:(b + 1) * batch].to(device, non_blocking=True)
-        with torch.autocast(device.type, dtype=low, enabled=low is not None):
-            logits = model(x)
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))
+        if args.workload == "gpt2" and args.gpt2_loss == "fused":
+            with torch.autocast(device.type, dtype=low, enabled=low is not None):
+                loss = model(x, y)
+        else:
+            with torch.autocast(device.type, dtype=low, enabled=low is not None):
+                logits = model(x)
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))
         if scaler:
             scaler.scale(loss).backward()
             scaler.step(optimizer)

@@ -234,6 +234,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   std::string gpt2_size;
   app.add_option("--gpt2-size", gpt2_size,
                  "gpt2: small (124M, default), medium, large, xl, or LAYERS:HEADS:WIDTH[:VOCAB]");
+  std::string gpt2_loss;
+  app.add_option("--gpt2-loss", gpt2_loss,
+                 "gpt2: fused (default: output projection and loss over chunks of tokens, the logits never whole) "
+                 "| plain (whole logits, then the loss, as PyTorch's eager loop)");
   app.add_option("--steps", steps, "measured steps per repetition")->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured steps before each repetition")->capture_default_str();
   app.add_option("--repetitions", repetitions,
@@ -377,6 +381,15 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     } catch (const std::invalid_argument& e) {
       throw UsageError(std::string("--gpt2-size: ") + e.what());
     }
+  }
+  if (app.count("--gpt2-loss") > 0) {
+    if (std::find(r.workloads.begin(), r.workloads.end(), "gpt2") == r.workloads.end()) {
+      throw UsageError("--gpt2-loss: gpt2 is not among the workloads run");
+    }
+    if (gpt2_loss != "fused" && gpt2_loss != "plain") {
+      throw UsageError("--gpt2-loss: unknown loss path '" + gpt2_loss + "' (expected fused or plain)");
+    }
+    r.gpt2_plain_loss = gpt2_loss == "plain";
   }
   r.steps = static_cast<int>(parse_count("--steps", steps, 1, 1000000));
   r.warmup = static_cast<int>(parse_count("--warmup", warmup, 0, 1000000));

@@ -28,6 +28,7 @@ std::string encode_rank_options(const RankOptions& options) {
   doc["global_batch"] = optional_to_json(r.global_batch);
   doc["sequence_length"] = optional_to_json(r.sequence_length);
   doc["gpt2_size"] = r.gpt2_size;
+  doc["gpt2_plain_loss"] = r.gpt2_plain_loss;
   doc["data_path"] = to_string(r.data_path);
   doc["dataset_size"] = optional_to_json(r.dataset_size);
   doc["steps"] = r.steps;
@@ -80,6 +81,7 @@ RankOptions decode_rank_options(const std::string& text) {
     r.global_batch = optional_from_json<std::int64_t>(doc.at("global_batch"));
     r.sequence_length = optional_from_json<std::int64_t>(doc.at("sequence_length"));
     r.gpt2_size = doc.at("gpt2_size").get<std::string>();
+    r.gpt2_plain_loss = doc.at("gpt2_plain_loss").get<bool>();
     r.data_path = parse_data_path("--rank-options", doc.at("data_path").get<std::string>());
     r.dataset_size = optional_from_json<std::int64_t>(doc.at("dataset_size"));
     r.steps = doc.at("steps").get<int>();

@@ -21,6 +21,7 @@ struct RunnerOptions {
   std::optional<std::int64_t> global_batch;  // none: each workload's default
   std::optional<std::int64_t> sequence_length;  // --seq-len (gpt2's tokens per sample); none: its default
   std::string gpt2_size;                        // --gpt2-size (gpt2's geometry); empty: GPT-2 small
+  bool gpt2_plain_loss = false;                 // --gpt2-loss plain (default fused: over chunks of tokens)
   DataPath data_path = DataPath::Auto;          // --data-path; auto: prefetch on CUDA, host on CPU
   std::optional<std::int64_t> dataset_size;  // none: 32 global batches
   int steps = 30;

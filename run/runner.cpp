@@ -52,7 +52,7 @@ void mark_not_reached(std::vector<CaseRecord>& cases, const std::string& why) {
 
 Runner::Runner(RunnerOptions options, DeviceSet devices, RunContext context)
     : options_(std::move(options)), devices_(devices) {
-  configure_workloads({devices_.is_cuda(), options_.sequence_length, options_.gpt2_size});
+  configure_workloads({devices_.is_cuda(), options_.sequence_length, options_.gpt2_size, options_.gpt2_plain_loss});
   record_.context = std::move(context);
   auto& s = record_.settings;
   s.steps = options_.steps;

@@ -10,8 +10,8 @@
 # Environment:
 #   GPU_VISIT_DEADLINE   seconds from the start after which nothing runs (default 520)
 #   GPU_VISIT_STEPS      which of: env build measure ctest report (default: all of them)
-#   GPU_VISIT_MEASURES   which measurements, in this order (default: gpt2 memory memory-bucket-view
-#                        compare-gpt2 resnet50 compare-small all-bf16)
+#   GPU_VISIT_MEASURES   which measurements, in this order (default: compare-gpt2-plain
+#                        compare-gpt2-fused gpt2 memory memory-bucket-view compare-small resnet50 all-bf16)
 #   GPU_VISIT_SMOKE=1    every measurement tiny and on the CPU, against DDPBENCH_BUILD_DIR: checks
 #                        this script on a machine without a GPU before a visit spends device time
 #   GPU_VISIT_CTEST_ARGS more ctest arguments (a smoke check's -R FILTER)
@@ -24,7 +24,7 @@ out="$(realpath "$out")"
 started=$(date +%s)
 deadline="${GPU_VISIT_DEADLINE:-520}"
 steps="${GPU_VISIT_STEPS:-env build measure ctest report}"
-measures="${GPU_VISIT_MEASURES:-gpt2 memory memory-bucket-view compare-gpt2 resnet50 compare-small all-bf16}"
+measures="${GPU_VISIT_MEASURES:-compare-gpt2-plain compare-gpt2-fused gpt2 memory memory-bucket-view compare-small resnet50 all-bf16}"
 smoke="${GPU_VISIT_SMOKE:-0}"
 build="${DDPBENCH_BUILD_DIR:-build-gpu}"
 python="${PYTHON:-python3}"
@@ -84,7 +84,7 @@ fixed_reps=(--repetitions 3 --target-precision 0)
 measure() {
   case "$1" in
     gpt2)  # MFU in bf16 against one GPU's peak, and the sharded strategies over NCCL at world 1
-      step gpt2-bf16 150 "${ddpbench[@]}" --strategy single,ddp,zero1,zero2,fsdp --workload gpt2 --dtype bf16 \
+      step gpt2-bf16 240 "${ddpbench[@]}" --strategy single,ddp,zero1,zero2,fsdp --workload gpt2 --dtype bf16 \
         "${fixed_reps[@]}" "${gpt2_flags[@]}" --json "$out/gpt2-bf16.json" ;;
     memory)  # memory by kind on the caching allocator, every strategy one GPU allows
       step mlp-fp32-all 120 "${ddpbench[@]}" --strategy all --workload mlp "${fixed_reps[@]}" "${run_flags[@]}" \
@@ -92,10 +92,14 @@ measure() {
     memory-bucket-view)  # ddp's gradients as views of its buckets: the copy PyTorch's DDP keeps by default, gone
       step mlp-fp32-bucket-view 60 "${ddpbench[@]}" --strategy single,ddp --workload mlp --grad-as-bucket-view \
         "${fixed_reps[@]}" "${run_flags[@]}" --json "$out/mlp-fp32-bucket-view.json" ;;
-    compare-gpt2)  # against PyTorch's eager loop and DDP at world 1, interleaved rounds
-      step compare-gpt2 180 "${pinned[@]}" "$python" benchmarks/compare_python_api.py --workloads gpt2 --dtype bf16 \
-        "${compare_flags[@]}" "${compare_gpt2_flags[@]}" --build "$build" \
-        --python "$python" --json "$out/compare-gpt2.json" ;;
+    compare-gpt2-plain | compare-gpt2-fused)  # against PyTorch's loop and DDP at world 1, interleaved
+      # rounds, both sides on the same loss path: plain (whole logits, nanoGPT's eager loop) or
+      # fused (ddpbench's default, ported to the peer), so the two runs tell the harness's cost
+      # from the fused loss's.
+      local loss=${1#compare-gpt2-}
+      step "compare-gpt2-$loss" 180 "${pinned[@]}" "$python" benchmarks/compare_python_api.py --workloads gpt2 \
+        --dtype bf16 --gpt2-loss "$loss" "${compare_flags[@]}" "${compare_gpt2_flags[@]}" --build "$build" \
+        --python "$python" --json "$out/compare-gpt2-$loss.json" ;;
     resnet50)  # your own model: torchvision's ResNet-50 exported by this machine's torch
       DDPBENCH="$build/ddpbench" PYTHON="$python" \
         DDPBENCH_FLAGS="${fixed_reps[*]} $resnet_flags" \

@@ -145,7 +145,12 @@ class Gpt2Workload final : public Workload {
            ", " + std::to_string(size.layers) + " layers, " + std::to_string(size.heads) + " heads, width " +
            std::to_string(size.width) + ", " + std::to_string(sequence_length()) +
            " tokens a sample (--seq-len), " + compat::causal_attention_kernel() +
-           " attention; AdamW lr 6e-4 betas 0.9/0.95 wd 0.1 (batch " + std::to_string(default_global_batch()) + ")";
+           " attention, " +
+           (workload_settings().gpt2_plain_loss
+                ? std::string("loss on the whole logits (--gpt2-loss plain)")
+                : "output projection and loss fused over chunks of " +
+                      std::to_string(chunk_rows_for(size.vocab, kLogitsChunkBytes)) + " tokens") +
+           "; AdamW lr 6e-4 betas 0.9/0.95 wd 0.1 (batch " + std::to_string(default_global_batch()) + ")";
   }
   // 16 x 1024 tokens on one 80 GB GPU (the batch of the peers in the GPU truth issue); 2 x 32 on a
   // CPU, a sample for each of its two default virtual devices.
@@ -176,9 +181,11 @@ class Gpt2Workload final : public Workload {
   // The output projection and the loss fused, in chunks of tokens: the [tokens, 50257] fp32 logits
   // (3.3 GB at 16 x 1024 tokens, and as much again for their gradient) are never whole; one chunk
   // of at most kLogitsChunkBytes is. dp, which gathers outputs, still gets the logits from forward.
+  // --gpt2-loss plain takes forward's whole logits instead, as PyTorch's eager loop does: the
+  // same arithmetic to within rounding, so the two paths' time and memory can be told apart.
   torch::Tensor forward_loss(WorkloadModel& model, const torch::Tensor& input, const torch::Tensor& target) const override {
     auto* gpt2 = dynamic_cast<Gpt2Model*>(&model);
-    if (gpt2 == nullptr) return Workload::forward_loss(model, input, target);
+    if (gpt2 == nullptr || workload_settings().gpt2_plain_loss) return Workload::forward_loss(model, input, target);
     const auto hidden = gpt2->features(input);
     const Gpt2Size& size = gpt2->size();
     return chunked_linear_cross_entropy(hidden.reshape({-1, size.width}), gpt2->output_weight(), target.reshape({-1}),

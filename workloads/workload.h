@@ -158,6 +158,7 @@ struct WorkloadSettings {
   bool cuda = false;                            // the run's devices are GPUs
   std::optional<std::int64_t> sequence_length;  // --seq-len; none: the workload's default
   std::string gpt2_size;                        // --gpt2-size (workloads/gpt2_size.h); empty: small
+  bool gpt2_plain_loss = false;                 // --gpt2-loss plain: whole logits, then the loss
 };
 void configure_workloads(const WorkloadSettings& settings);
 const WorkloadSettings& workload_settings();

@@ -122,6 +122,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--workload", "gpt2", "--seq-len", "2048"}, "--seq-len", "at most 1024, got 2048"},
         BadInput{{"--workload", "gpt2", "--seq-len", "0"}, "--seq-len", "at least 1, got 0"},
         BadInput{{"--gpt2-size", "xl"}, "--gpt2-size", "gpt2 is not among the workloads run"},
+        BadInput{{"--gpt2-loss", "plain"}, "--gpt2-loss", "gpt2 is not among the workloads run"},
+        BadInput{{"--workload", "gpt2", "--gpt2-loss", "chunked"}, "--gpt2-loss", "unknown loss path 'chunked'"},
         BadInput{{"--workload", "gpt2", "--gpt2-size", "huge"}, "--gpt2-size", "expected small, medium, large, xl or"},
         BadInput{{"--workload", "gpt2", "--gpt2-size", "2:3:64"}, "--gpt2-size", "width 64 is not a multiple of heads 3"},
         BadInput{{"--workload", "gpt2", "--gpt2-size", "0:2:64"}, "--gpt2-size", "layers must be 1 to 1024, got 0"},

@@ -38,6 +38,7 @@ TEST(RankOptions, EveryFlagOfHelpSurvivesTheTripToARank) {
       {"--batch", {"--batch", "64"}},
       {"--seq-len", {"--seq-len", "16", "--workload", "gpt2"}},
       {"--gpt2-size", {"--gpt2-size", "2:2:64:512", "--workload", "gpt2"}},
+      {"--gpt2-loss", {"--gpt2-loss", "plain", "--workload", "gpt2"}},
       {"--steps", {"--steps", "7"}},
       {"--warmup", {"--warmup", "2"}},
       {"--repetitions", {"--repetitions", "7"}},

@@ -401,5 +401,23 @@ TEST(Gpt2, FusedOutputLossGivesForwardThenLossAndItsGradients) {
   }
 }
 
+TEST(Gpt2, PlainLossIsForwardsWholeLogitsThenTheLossAndTheDescriptionSaysWhich) {
+  const auto& gpt2 = WorkloadRegistry::instance().get("gpt2");
+  {
+    SettingsFor fused({false, 4, "2:4:64:512"});
+    EXPECT_NE(gpt2.description().find("output projection and loss fused over chunks of"), std::string::npos)
+        << gpt2.description();
+  }
+  SettingsFor plain({false, 4, "2:4:64:512", /*gpt2_plain_loss=*/true});
+  EXPECT_NE(gpt2.description().find("loss on the whole logits (--gpt2-loss plain)"), std::string::npos)
+      << gpt2.description();
+  const auto data = gpt2.make_dataset(2, 1);
+  torch::manual_seed(1);
+  auto model = gpt2.make_model();
+  // The same path, so the same bits: forward's logits, then the workload's loss.
+  EXPECT_TRUE(torch::equal(gpt2.forward_loss(*model, data.inputs, data.targets),
+                           gpt2.loss(model->forward(data.inputs), data.targets)));
+}
+
 }  // namespace
 }  // namespace ddpbench
