@@ -126,7 +126,8 @@ std::string encode(const RepetitionRecord& r) {
       comm["pipeline"] = {{"schedule", p->schedule}, {"stages", p->stages}, {"microbatches", p->microbatches},
                           {"chunks_per_rank", p->chunks_per_rank}, {"stage_units", p->stage_units},
                           {"expected_bubble", p->expected_bubble}, {"balance", p->balance},
-                          {"stage_parameters", p->stage_parameters}, {"stage_profile_seconds", p->stage_profile_seconds}};
+                          {"stage_parameters", p->stage_parameters}, {"stage_profile_seconds", p->stage_profile_seconds},
+                          {"unit_parameters", p->unit_parameters}, {"unit_profile_seconds", p->unit_profile_seconds}};
     }
   }
   return json{{"index", r.index},
@@ -182,6 +183,8 @@ RepetitionRecord decode_repetition(const std::string& text) {
         line.balance = p.at("balance").get<std::string>();
         line.stage_parameters = p.at("stage_parameters").get<std::vector<std::int64_t>>();
         line.stage_profile_seconds = p.at("stage_profile_seconds").get<std::vector<double>>();
+        line.unit_parameters = p.at("unit_parameters").get<std::vector<std::int64_t>>();
+        line.unit_profile_seconds = p.at("unit_profile_seconds").get<std::vector<double>>();
         s.pipeline = line;
       }
       for (const auto& b : c.at("bucket_timeline")) {

@@ -261,6 +261,8 @@ class PipelineStrategy final : public Strategy {
     line.balance = plan_.balance;
     line.stage_parameters = plan_.stage_parameters;
     line.stage_profile_seconds = plan_.stage_profile_seconds;
+    line.unit_parameters = plan_.unit_parameters;
+    line.unit_profile_seconds = plan_.unit_profile_seconds;
     c.pipeline = line;
     return c;
   }

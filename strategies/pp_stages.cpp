@@ -157,9 +157,11 @@ StagePlan plan_stages(WorkloadModel& model, const Workload& workload, const Pipe
     const std::vector<double> unit_seconds(cpu.data_ptr<double>(), cpu.data_ptr<double>() + n);
     plan.spans = pipeline::balanced_split(unit_seconds, stages);
     plan.stage_profile_seconds = pipeline::stage_sums(unit_seconds, plan.spans);
+    plan.unit_profile_seconds = unit_seconds;
     plan.balance = "time";
   }
   plan.stage_parameters = stage_parameter_counts(model, plan.spans);
+  plan.unit_parameters = stage_parameter_counts(model, pipeline::even_split(n, static_cast<int>(n)));
   return plan;
 }
 

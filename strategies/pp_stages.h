@@ -20,6 +20,10 @@ struct StagePlan {
   std::string balance;                         // "time", "params", "even" or "split" (--pp-split)
   std::vector<std::int64_t> stage_parameters;  // elements each stage holds: its units, the head on the first, the tail on the last
   std::vector<double> stage_profile_seconds;   // the profiled forward + backward of each stage's units; empty unless "time"
+  // Each chain unit's parameter elements (the head's with unit 0, the tail's with the last) and its
+  // profiled seconds (empty unless "time"): the figures behind the cut, for a projection to cut again.
+  std::vector<std::int64_t> unit_parameters;
+  std::vector<double> unit_profile_seconds;
 };
 
 // The plan of a case with `stages` stages (ranks x chunks a rank) whose micro-batches have `rows`

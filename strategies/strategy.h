@@ -125,6 +125,10 @@ struct CommSummary {
     std::string balance;                         // how the stages were cut: time, params, even, split
     std::vector<std::int64_t> stage_parameters;  // elements each stage holds
     std::vector<double> stage_profile_seconds;   // profiled forward + backward a stage; empty unless balance is time
+    // Each chain unit's, the head's counted with unit 0 and the tail's with the last: what a
+    // projection re-cuts the chain by for another number of stages.
+    std::vector<std::int64_t> unit_parameters;
+    std::vector<double> unit_profile_seconds;  // empty unless balance is time
   };
   std::optional<Pipeline> pipeline;
 };

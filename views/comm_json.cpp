@@ -65,17 +65,20 @@ json pipeline_json(const CommSummary::Pipeline& p, const RepetitionRecord& r) {
     busy.push_back(rank.mean_step_seconds - rank.phase_seconds[static_cast<int>(Phase::PipelineWait)]);
     compute.push_back(busy.back() * 1e3);
   }
-  json profile = json(nullptr);
-  if (!p.stage_profile_seconds.empty()) {
-    profile = json::array();
-    for (double s : p.stage_profile_seconds) profile.push_back(s * 1e3);
-  }
+  const auto milliseconds_or_null = [](const std::vector<double>& seconds) {
+    if (seconds.empty()) return json(nullptr);
+    json ms = json::array();
+    for (double s : seconds) ms.push_back(s * 1e3);
+    return ms;
+  };
   const auto& balance_by = p.stage_profile_seconds.empty() ? std::vector<double>(p.stage_parameters.begin(), p.stage_parameters.end())
                                                            : p.stage_profile_seconds;
   return {{"schedule", p.schedule},
           {"balance", p.balance},
           {"stage_parameters", p.stage_parameters},
-          {"stage_profile_ms", profile},
+          {"stage_profile_ms", milliseconds_or_null(p.stage_profile_seconds)},
+          {"unit_parameters", p.unit_parameters},
+          {"unit_profile_ms", milliseconds_or_null(p.unit_profile_seconds)},
           {"stage_imbalance", balance_by.empty() ? json(nullptr) : json(pipeline::imbalance(balance_by))},
           {"compute_ms_by_rank", compute},
           {"compute_imbalance", busy.empty() ? json(nullptr) : json(pipeline::imbalance(busy))},

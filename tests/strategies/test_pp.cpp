@@ -119,6 +119,10 @@ TEST(PpMemory, EachRankHoldsItsOwnStagesParametersOnly) {
   EXPECT_EQ(line["stage_units"], json::parse("[[0, 2], [2, 4]]"));
   EXPECT_EQ(line["stage_parameters"], json::array({first / 4, second / 4}));
   EXPECT_TRUE(line["stage_profile_ms"].is_null()) << "nothing was profiled";
+  // Each unit's own count, what the cut was made from: the four layers with their biases.
+  EXPECT_EQ(line["unit_parameters"],
+            json::array({784 * 1024 + 1024, 1024 * 1024 + 1024, 1024 * 1024 + 1024, 1024 * 10 + 10}));
+  EXPECT_TRUE(line["unit_profile_ms"].is_null()) << "nothing was profiled";
   EXPECT_DOUBLE_EQ(line["stage_imbalance"].get<double>(), static_cast<double>(first) / ((first + second) / 2.0));
 }
 
@@ -203,6 +207,12 @@ TEST(PpStages, TheDefaultCutBalancesTheProfiledTimeAndSaysSo) {
     sum += t.get<double>();
   }
   EXPECT_NEAR(line["stage_imbalance"].get<double>(), most / (sum / 3), 1e-9);
+  // The units' own profile, which the stages' figures are the sums of over each stage's units.
+  ASSERT_EQ(line["unit_profile_ms"].size(), 4u);
+  const auto& unit = line["unit_profile_ms"];
+  EXPECT_NEAR(line["stage_profile_ms"][0].get<double>(), unit[0].get<double>(), 1e-9);
+  EXPECT_NEAR(line["stage_profile_ms"][1].get<double>(), unit[1].get<double>(), 1e-9);
+  EXPECT_NEAR(line["stage_profile_ms"][2].get<double>(), unit[2].get<double>() + unit[3].get<double>(), 1e-9);
   EXPECT_EQ(line["stage_parameters"], json::array({784 * 1024 + 1024, 1024 * 1024 + 1024, 1024 * 1024 + 1024 + 1024 * 10 + 10}));
   ASSERT_EQ(line["compute_ms_by_rank"].size(), 3u);
   for (const auto& t : line["compute_ms_by_rank"]) EXPECT_GT(t.get<double>(), 0);
