@@ -72,6 +72,8 @@ class MeasuredCase:
     # before they were recorded have none: the units are then taken as equal)
     unit_bytes: Optional[List[tuple]] = None
     settings: dict = field(default_factory=dict)  # the strategy's own flags as the file records them
+    pipeline: Optional[dict] = None  # pp: the JSON's pipeline object (its cut, units, schedule)
+    point_to_point_bytes: Optional[float] = None  # pp: what its rank 0 sent its neighbour a step
 
     def phase(self, name):
         return self.phases.get(name, 0.0)
@@ -112,6 +114,10 @@ def measured_cases(doc):
     """MeasuredCase for every case of the file that was measured (median entries, status ok)."""
     out = []
     strategy_settings = doc["context"]["ddpbench"].get("settings", {}).get("strategy_settings") or {}
+    # pp's pipeline object is written on each repetition, not on the aggregates: its cut and unit
+    # figures are the case's, the same every repetition (the last one kept).
+    pipelines = {b.get("run_name", b["name"]): b["ddpbench"]["pipeline"] for b in doc["benchmarks"]
+                 if b["run_type"] == "iteration" and isinstance((b.get("ddpbench") or {}).get("pipeline"), dict)}
     for b in doc["benchmarks"]:
         if b["run_type"] != "aggregate" or b.get("aggregate_name") != "median":
             continue
@@ -142,7 +148,9 @@ def measured_cases(doc):
                                 buckets=buckets, step_s=b["real_time"] * _to_s(b.get("time_unit", "ms")),
                                 memory=memory, units=units if units and units > 0 else None,
                                 unit_bytes=unit_bytes if f["strategy"] == "fsdp" else None,
-                                settings=dict(settings) if isinstance(settings, dict) else {}))
+                                settings=dict(settings) if isinstance(settings, dict) else {},
+                                pipeline=pipelines.get(b.get("run_name", b["name"])) if f["strategy"] == "pp" else None,
+                                point_to_point_bytes=comm.get("point_to_point_bytes_per_step")))
     return out
 
 
@@ -156,7 +164,7 @@ def pick_base(cases, workload, strategy):
     own = sorted((c for c in cases if c.workload == workload and c.strategy == strategy), key=lambda c: c.world)
     if own:
         return own[0]
-    if strategy == "fsdp":
+    if strategy in ("fsdp", "pp"):
         return None
     single = [c for c in cases if c.workload == workload and c.strategy == "single"]
     return single[0] if single else None
@@ -398,6 +406,11 @@ class Projector:
         p.memory_per_device_bytes = memory_per_device(case, "fsdp", world)
         return self._with_slowdown(p)
 
+    def pp(self, case, world):
+        # Imported here: projection.pipeline builds on this module's Projection.
+        from projection.pipeline import project_pp
+        return project_pp(self, case, world)
+
     def project(self, case, strategy, world):
         p = self._project_point(case, strategy, world)
         if p.status == "projected":
@@ -420,14 +433,16 @@ class Projector:
         return p
 
 
-STRATEGIES = ("ddp", "dp", "hogwild", "zero1", "zero2", "fsdp")
+STRATEGIES = ("ddp", "dp", "hogwild", "zero1", "zero2", "fsdp", "pp")
 SHARDED = ("zero1", "zero2", "fsdp")
+# Projected only from a case of their own (their units are measured, not assumed).
+OWN_CASE_ONLY = SHARDED + ("pp",)
 
 
 def default_strategies(doc):
-    """ddp, dp and hogwild, and each sharded strategy the file measured."""
+    """ddp, dp and hogwild, and each sharded strategy and pp where the file measured it."""
     measured = {c.strategy for c in measured_cases(doc)}
-    return [s for s in STRATEGIES if s not in SHARDED or s in measured]
+    return [s for s in STRATEGIES if s not in OWN_CASE_ONLY or s in measured]
 
 
 def over_100_percent(p):
@@ -455,10 +470,11 @@ def project_file(doc, network, worlds, scaling="weak", strategies=None):
         for strategy in strategies:
             base = pick_base(cases, workload, strategy)
             if base is None:
-                if strategy == "fsdp":
-                    out += [Projection(workload, "fsdp", w, collectives.nodes_for(w, network.devices_per_node),
-                                       "refused", reason="no fsdp case in the file: its wrap units are measured, "
-                                       "not assumed (run ddpbench --strategy fsdp)") for w in worlds]
+                if strategy in ("fsdp", "pp"):
+                    what = "its wrap units" if strategy == "fsdp" else "its chain's units and their times"
+                    out += [Projection(workload, strategy, w, collectives.nodes_for(w, network.devices_per_node),
+                                       "refused", reason=f"no {strategy} case in the file: {what} are measured, "
+                                       f"not assumed (run ddpbench --strategy {strategy})") for w in worlds]
                 continue
             at_one = projector.project(base, strategy, 1)
             for world in worlds:
