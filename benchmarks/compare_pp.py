@@ -25,17 +25,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from benchmarks.interleave import add_to_json, ddpbench_case, parser, peer_environment_counting_heap, report, run_rounds  # noqa: E402
-
-
-def even_cuts(units, stages):
-    """Where ddpbench's even split (pipeline/balance.h) begins each stage after the first: the
-    earlier stages one unit more where the count does not divide."""
-    base, extra = divmod(units, stages)
-    cuts, at = [], 0
-    for k in range(stages - 1):
-        at += base + (1 if k < extra else 0)
-        cuts.append(at)
-    return cuts
+from projection.pipeline import even_split  # noqa: E402
 
 
 def main():
@@ -45,7 +35,8 @@ def main():
     p.add_argument("--peer-as-shipped", action="store_true", help="the peer without upstream's fix of its p2p waits")
     p.add_argument("--peer-timeout", type=float, default=120, help="seconds before a peer run counts as hung")
     args = p.parse_args()
-    cuts = ",".join(str(c) for c in even_cuts(4, args.world))
+    # ddpbench's even cut of mlp's four units, given to both sides by hand (where each stage after the first begins)
+    cuts = ",".join(str(begin) for begin, _ in even_split(4, args.world)[1:])
     peaks = {}
     hung = {}
 
