@@ -53,6 +53,12 @@ PipelineShape shape_for(const CaseSpec& spec, const PipelineOptions& o) {
   return s;
 }
 
+// The NVTX name of a micro-batch's forward or backward on a stage ("forward mb3 stage1"), so that
+// Nsight's timeline shows the schedule itself, not only which phase a rank is in.
+std::string microbatch_label(int microbatch, int stage) {
+  return "mb" + std::to_string(microbatch) + " stage" + std::to_string(stage);
+}
+
 // A message's tag: micro-batch, the boundary after stage `stage`, and what travels (an
 // activation's shape, the activation, its gradient), distinct within a step.
 enum class Carries { Shape = 0, Activation = 1, Gradient = 2 };
@@ -155,7 +161,7 @@ class PipelineStrategy final : public Strategy {
                              : receive_activation(a.microbatch, stage - 1, phases);
         if (stage > 0 && f.input.is_floating_point()) f.input.requires_grad_(true);
         {
-          auto scope = phases.scope(Phase::Forward);
+          auto scope = phases.scope(Phase::Forward, microbatch_label(a.microbatch, stage));
           AutocastScope autocast(precision_, device_);
           f.output = model_->forward_range(f.input, begin, end);
           if (stage == last) {
@@ -170,7 +176,7 @@ class PipelineStrategy final : public Strategy {
         if (node.empty()) throw std::logic_error("pp: a backward before its forward in the schedule");
         InFlight& f = node.mapped();
         if (stage == last) {
-          auto scope = phases.scope(Phase::Backward);
+          auto scope = phases.scope(Phase::Backward, microbatch_label(a.microbatch, stage));
           scaler_.scale(f.loss).backward();
         } else {
           auto gradient = torch::empty(f.output.sizes(), f.output.options());
@@ -178,7 +184,7 @@ class PipelineStrategy final : public Strategy {
           // Its gradient came back, so the next stage has the activation: the send is over, and
           // the activation goes with its graph after this backward, not at the step's end.
           finish_send(tag_of(a.microbatch, stage, Carries::Activation), phases);
-          auto scope = phases.scope(Phase::Backward);
+          auto scope = phases.scope(Phase::Backward, microbatch_label(a.microbatch, stage));
           f.output.backward(gradient);
         }
         if (stage > 0 && f.input.requires_grad()) {

@@ -64,10 +64,13 @@ void nvtx_end(std::uint64_t) {}
 #endif
 }  // namespace
 
-PhaseRecorder::Scope::Scope(PhaseRecorder& recorder, Phase phase)
+PhaseRecorder::Scope::Scope(PhaseRecorder& recorder, Phase phase) : Scope(recorder, phase, std::string()) {}
+
+PhaseRecorder::Scope::Scope(PhaseRecorder& recorder, Phase phase, const std::string& detail)
     : recorder_(recorder), phase_(phase), start_(std::chrono::steady_clock::now()), parent_(recorder.open_) {
   if (recorder_.cuda_device_ >= 0) start_event_ = compat::cuda_record_event(recorder_.cuda_device_);
-  nvtx_push(phase_name(phase));
+  // NVTX copies the message at the push, so a name built here may go with the scope's constructor.
+  nvtx_push(detail.empty() ? phase_name(phase) : (std::string(phase_name(phase)) + " " + detail).c_str());
   recorder_.open_ = this;
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace ddpbench {
@@ -41,6 +42,9 @@ class PhaseRecorder {
   class Scope {
    public:
     Scope(PhaseRecorder& recorder, Phase phase);
+    // The NVTX range named "<phase> <detail>" ("forward mb3 stage1": pp's micro-batch and stage),
+    // so a profiler tells the pieces of one phase apart; the time and the trace are the phase's.
+    Scope(PhaseRecorder& recorder, Phase phase, const std::string& detail);
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
@@ -56,6 +60,7 @@ class PhaseRecorder {
   };
 
   [[nodiscard]] Scope scope(Phase phase) { return Scope(*this, phase); }
+  [[nodiscard]] Scope scope(Phase phase, const std::string& detail) { return Scope(*this, phase, detail); }
 
   // A range that begins on one thread and ends on another: a collective in flight. It is an NVTX
   // start/end range in the ddpbench domain (Nsight shows it beside the thread's nested ranges) and,

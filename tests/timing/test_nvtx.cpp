@@ -31,12 +31,17 @@ struct Ranges {
   std::istringstream in(log);
   std::string op, domain, thread, name;
   std::map<std::string, std::string> open_async;  // id -> name
+  // A name is the rest of its line: pp's carry their micro-batch and stage after the phase.
+  const auto read_name = [&in, &name] {
+    std::getline(in >> std::ws, name);
+  };
   while (in >> op >> domain >> thread) {
     r.domains.insert(domain);
     auto& stack = stacks[thread];
     if (op == "start") {
       std::string id;
-      in >> id >> name;
+      in >> id;
+      read_name();
       open_async[id] = name;
       r.async.insert(name);
       ++r.async_ranges;
@@ -45,7 +50,7 @@ struct Ranges {
       in >> id;
       if (open_async.erase(id) == 0) r.problems.push_back("end of a range never started: " + id);
     } else if (op == "push") {
-      in >> name;
+      read_name();
       ++r.pushes;
       (stack.empty() ? r.outer : stack.back() == "step" ? r.inside_step : r.outer).insert(name);
       if (!stack.empty() && stack.back() != "step") r.problems.push_back(name + " nested in " + stack.back());
@@ -94,6 +99,21 @@ TEST_P(NvtxRanges, EveryStepHoldsItsNamedPhases) {
 #endif
 }
 
+// pp at its default world (2) and batch 8: 4 micro-batches; each forward and backward is named
+// for its micro-batch and stage, so the profile shows the schedule. The plain "forward" and
+// "backward" are the parity pass's reference, `single`, run by the launcher.
+std::set<std::string> pp_ranges() {
+  std::set<std::string> out = {"data", "forward", "backward", "pipeline_wait", "optimizer"};
+  for (int mb = 0; mb < 4; ++mb) {
+    for (int stage = 0; stage < 2; ++stage) {
+      for (const char* phase : {"forward", "backward"}) {
+        out.insert(std::string(phase) + " mb" + std::to_string(mb) + " stage" + std::to_string(stage));
+      }
+    }
+  }
+  return out;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     PerStrategy, NvtxRanges,
     ::testing::Values(Expectation{"single", {"data", "forward", "backward", "optimizer"}},
@@ -107,7 +127,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // Ranks' ranges (from every rank process), and one allreduce range per bucket
                       // from launch during backward to completion on Gloo's thread.
                       Expectation{"ddp", {"data", "forward", "backward", "comm_exposed", "reduce", "optimizer"},
-                                  {"allreduce"}}),
+                                  {"allreduce"}},
+                      Expectation{"pp", pp_ranges()}),
     [](const auto& info) {
       std::string n = info.param.strategy;
       std::replace(n.begin(), n.end(), '-', '_');
