@@ -33,129 +33,14 @@ What is measured is kept and only what changes is modelled:
   optimizer bytes (the measured case's per-device bytes times what it sharded them by), plus the
   measured rest of the peak (activations, buffers, a gathered unit) as it was.
 """
-from dataclasses import dataclass, field
-from typing import List, Optional
-
 from projection import collectives, timelines
+from projection.cases import Bucket, MeasuredCase, Projection, ProjectionError, measured_cases  # noqa: F401
 from projection.memory import SHARDS, memory_assumption, memory_per_device, whole_model_bytes
+from projection.pipeline import project_pp
 from projection.slowdown import Slowdown, fit as fit_slowdown
 
 FIRST_BUCKET_BYTES = 1 << 20   # DDP's first bucket
 BUCKET_BYTES = 25 << 20        # DDP's bucket_cap_mb default
-
-
-class ProjectionError(ValueError):
-    """A results file that holds nothing a projection can start from."""
-
-
-@dataclass
-class Bucket:
-    nbytes: float
-    ready_s: float
-
-
-@dataclass
-class MeasuredCase:
-    """The median entry of one measured case, in the units the model uses."""
-    name: str
-    workload: str
-    strategy: str
-    world: int
-    global_batch: int
-    phases: dict                   # seconds per step, by phase name
-    gradient_bytes: Optional[float]
-    buckets: Optional[List[Bucket]]  # ddp only: the measured timeline
-    step_s: float
-    memory: Optional[dict] = None  # device 0's bytes by kind: parameter, gradient, optimizer_state, other
-    units: Optional[int] = None    # fsdp: its wrap units (the root counted)
-    # fsdp: each unit's parameter bytes and whether it is the root, in build order (files from
-    # before they were recorded have none: the units are then taken as equal)
-    unit_bytes: Optional[List[tuple]] = None
-    settings: dict = field(default_factory=dict)  # the strategy's own flags as the file records them
-    pipeline: Optional[dict] = None  # pp: the JSON's pipeline object (its cut, units, schedule)
-    point_to_point_bytes: Optional[float] = None  # pp: what its rank 0 sent its neighbour a step
-
-    def phase(self, name):
-        return self.phases.get(name, 0.0)
-
-    @property
-    def per_rank_batch(self):
-        return self.global_batch / self.world
-
-
-@dataclass
-class Projection:
-    workload: str
-    strategy: str
-    world: int
-    nodes: int
-    status: str                    # "projected" or "refused"
-    reason: str = ""
-    step_ms: Optional[float] = None
-    samples_per_second: Optional[float] = None
-    scaling_efficiency: Optional[float] = None
-    comm_ms: Optional[float] = None          # all collectives' time per step
-    exposed_comm_ms: Optional[float] = None  # what backward did not hide
-    algorithms: List[str] = field(default_factory=list)
-    from_case: str = ""
-    memory_per_device_bytes: Optional[float] = None  # ddp, zero1, zero2, fsdp
-    assumptions: List[str] = field(default_factory=list)
-    compute_slowdown: Optional[dict] = None  # ddp, zero1, zero2, fsdp: backward's slow-down (slowdown.py)
-    # The band that the links' efficiency ranges and the compute slow-down's range span: [fast, slow]
-    # step time, [slow, fast] throughput.
-    step_ms_band: Optional[List[float]] = None
-    samples_per_second_band: Optional[List[float]] = None
-
-    def to_json(self):
-        return dict(self.__dict__)
-
-
-def measured_cases(doc):
-    """MeasuredCase for every case of the file that was measured (median entries, status ok)."""
-    out = []
-    strategy_settings = doc["context"]["ddpbench"].get("settings", {}).get("strategy_settings") or {}
-    # pp's pipeline object is written on each repetition, not on the aggregates: its cut and unit
-    # figures are the case's, the same every repetition (the last one kept).
-    pipelines = {b.get("run_name", b["name"]): b["ddpbench"]["pipeline"] for b in doc["benchmarks"]
-                 if b["run_type"] == "iteration" and isinstance((b.get("ddpbench") or {}).get("pipeline"), dict)}
-    for b in doc["benchmarks"]:
-        if b["run_type"] != "aggregate" or b.get("aggregate_name") != "median":
-            continue
-        f = b["ddpbench"]
-        if f["status"] != "ok" or not f.get("phases_ms"):
-            continue
-        batch = f.get("global_batch")
-        if not isinstance(batch, (int, float)) or batch <= 0:
-            continue
-        phases = {k: v / 1e3 for k, v in f["phases_ms"].items()}
-        comm = f.get("comm") or {}
-        buckets = None
-        if comm.get("bucket_timeline"):
-            if any("bytes" not in x or "ready_ms" not in x for x in comm["bucket_timeline"]):
-                raise ProjectionError(f"{b['name']}: a bucket_timeline entry lacks bytes or ready_ms")
-            buckets = [Bucket(float(x["bytes"]), x["ready_ms"] / 1e3) for x in comm["bucket_timeline"]]
-        facts = f.get("workload_facts") or {}
-        device0 = (f.get("memory") or [{}])[0] or {}
-        kinds = ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "other_bytes")
-        memory = {k: float(device0[k]) for k in kinds} if all(
-            isinstance(device0.get(k), (int, float)) for k in kinds) else None
-        units = comm.get("buckets") if f["strategy"] == "fsdp" and isinstance(comm.get("buckets"), int) else None
-        unit_bytes = [(float(u["bytes"]), bool(u["root"])) for u in comm.get("units") or []] or None
-        settings = strategy_settings.get(f["strategy"])
-        out.append(MeasuredCase(name=b.get("run_name", b["name"]), workload=f["workload"], strategy=f["strategy"],
-                                world=int(f["world_size"]), global_batch=int(batch), phases=phases,
-                                gradient_bytes=facts.get("gradient_bytes") or comm.get("bytes_per_step"),
-                                buckets=buckets, step_s=b["real_time"] * _to_s(b.get("time_unit", "ms")),
-                                memory=memory, units=units if units and units > 0 else None,
-                                unit_bytes=unit_bytes if f["strategy"] == "fsdp" else None,
-                                settings=dict(settings) if isinstance(settings, dict) else {},
-                                pipeline=pipelines.get(b.get("run_name", b["name"])) if f["strategy"] == "pp" else None,
-                                point_to_point_bytes=comm.get("point_to_point_bytes_per_step")))
-    return out
-
-
-def _to_s(unit):
-    return {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
 
 
 def pick_base(cases, workload, strategy):
@@ -200,11 +85,11 @@ class Projector:
         ranks_on_a_node = min(world, self.network.devices_per_node)
         return max(1.0, ranks_on_a_node / self.network.compute_slots)
 
-    def _relative_contention(self, case, world):
+    def relative_contention(self, case, world):
         return self._contention(world) / self._contention(case.world)
 
     def _compute_scale(self, case, world):
-        return self._batch_scale(case, world) * self._relative_contention(case, world)
+        return self._batch_scale(case, world) * self.relative_contention(case, world)
 
     def _backward_scale(self, case, world):
         """_compute_scale of a backward that collectives overlap: slowed at world > 1, and a case
@@ -223,12 +108,12 @@ class Projector:
         return p
 
     def _comm_scale(self, case, world):
-        return self._relative_contention(case, world) if self.network.transport_on_compute_cores else 1.0
+        return self.relative_contention(case, world) if self.network.transport_on_compute_cores else 1.0
 
     def _global_batch(self, case, world):
         return case.global_batch if self.scaling == "strong" else case.per_rank_batch * world
 
-    def _record(self, case, strategy, world, step_s, comm_s=None, exposed_s=None, algorithms=(), assumptions=()):
+    def record(self, case, strategy, world, step_s, comm_s=None, exposed_s=None, algorithms=(), assumptions=()):
         nodes = collectives.nodes_for(world, self.network.devices_per_node)
         p = Projection(case.workload, strategy, world, nodes, "projected", step_ms=step_s * 1e3,
                        samples_per_second=self._global_batch(case, world) / step_s, from_case=case.name,
@@ -260,15 +145,15 @@ class Projector:
         # The link idles from the step's last all-reduce to its first bucket: the optimizer, the
         # data and forward, and backward up to the first bucket's gradients (the replay adds that).
         idle = ((case.phase("data") + case.phase("forward")) * k
-                + case.phase("optimizer") * self._relative_contention(case, world))
+                + case.phase("optimizer") * self.relative_contention(case, world))
         link = collectives.ShapedLink(self.network, world, idle)
         comm, exposed, algorithms = self._replay(case, world, buckets, collectives.allreduce, link)
         gradients = sum(b.nbytes for b in buckets)
         step = ((case.phase("data") + case.phase("forward")) * k + backward + exposed + case.phase("reduce")
-                + case.phase("optimizer") * self._relative_contention(case, world)
+                + case.phase("optimizer") * self.relative_contention(case, world)
                 + case.phase("replicate") + case.phase("residual")
                 + self._outside_backward(case, world, lambda w: 2 * (w - 1) / w * gradients))
-        return self._with_slowdown(self._record(case, "ddp", world, step, comm, exposed, algorithms, assumptions))
+        return self._with_slowdown(self.record(case, "ddp", world, step, comm, exposed, algorithms, assumptions))
 
     def dp(self, case, world):
         nodes = collectives.nodes_for(world, self.network.devices_per_node)
@@ -284,7 +169,7 @@ class Projector:
         copies = (replicate.seconds + reduce.seconds) * self._comm_scale(case, world)
         step = ((case.phase("data") + case.phase("scatter") + case.phase("forward") + case.phase("backward")) * k
                 + copies + case.phase("gather_loss") + case.phase("optimizer") + case.phase("residual"))
-        return self._record(case, "dp", world, step, copies, None,
+        return self.record(case, "dp", world, step, copies, None,
                             [replicate.algorithm, reduce.algorithm])
 
     def hogwild(self, case, world):
@@ -294,14 +179,14 @@ class Projector:
                               reason="Hogwild shares parameters in one node's memory")
         k = self._compute_scale(case, world)
         step = ((case.phase("data") + case.phase("forward") + case.phase("backward")) * k
-                + (case.phase("optimizer") + case.phase("residual")) * self._relative_contention(case, world))
-        return self._record(case, "hogwild", world, step)
+                + (case.phase("optimizer") + case.phase("residual")) * self.relative_contention(case, world))
+        return self.record(case, "hogwild", world, step)
 
     def _sharded_optimizer(self, case, world):
         """The optimizer's time on 1/world of the parameters: the measured one, on the whole model or
         on the case's own 1/world_m, scaled to the projected share."""
         whole = case.phase("optimizer") * (case.world if case.strategy in SHARDS else 1)
-        return whole / world * self._relative_contention(case, world)
+        return whole / world * self.relative_contention(case, world)
 
     def _parameter_bytes(self, case):
         parts = whole_model_bytes(case)
@@ -340,7 +225,7 @@ class Projector:
         step = ((case.phase("data") + case.phase("forward")) * k + backward + exposed
                 + self._sharded_optimizer(case, world) + case.phase("residual")
                 + self._outside_backward(case, world, lambda w: (w - 1) / w * moved))
-        p = self._record(case, strategy, world, step, comm + gather_s, exposed, algorithms + [gather.algorithm],
+        p = self.record(case, strategy, world, step, comm + gather_s, exposed, algorithms + [gather.algorithm],
                          [said])
         p.memory_per_device_bytes = memory_per_device(case, strategy, world)
         if memory_assumption(case, strategy):
@@ -402,13 +287,11 @@ class Projector:
         moved = params * (root + sum(units) * (2 if reshard else 1)) + gradients
         step = (case.phase("data") * k + forward + backward + exposed + self._sharded_optimizer(case, world)
                 + case.phase("residual") + self._outside_backward(case, world, lambda w: (w - 1) / w * moved))
-        p = self._record(case, "fsdp", world, step, comm, exposed, [gather.algorithm, scatter.algorithm], assumptions)
+        p = self.record(case, "fsdp", world, step, comm, exposed, [gather.algorithm, scatter.algorithm], assumptions)
         p.memory_per_device_bytes = memory_per_device(case, "fsdp", world)
         return self._with_slowdown(p)
 
     def pp(self, case, world):
-        # Imported here: projection.pipeline builds on this module's Projection.
-        from projection.pipeline import project_pp
         return project_pp(self, case, world)
 
     def project(self, case, strategy, world):

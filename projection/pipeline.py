@@ -1,35 +1,37 @@
 """Step time and memory per device of pp at another world size, from one measured pp case: a pipeline
-of W stages, one a rank, over the same chain of units and the same global batch (a pipeline splits
-the model, not the batch).
+of W ranks (W V stages under interleaved-1f1b, V chunks a rank as the case ran), over the same chain
+of units and the same global batch (a pipeline splits the model, not the batch).
 
 What is measured is kept and only what changes is modelled:
-- the cut: the chain cut again for W stages as ddpbench cuts it (balanced_split below is
+- the cut: the chain cut again for W V stages as ddpbench cuts it (balanced_split below is
   pipeline/balance.cpp's, ties and all) from the case's own figures, each unit's profiled
   forward + backward (`unit_profile_ms`) where it cut by time, its parameters where by params, the
   even cut where it cut evenly (a hand cut, --pp-split, is refused: it fits one stage count);
 - a unit's time on a micro-batch: its profile, times how much longer the case's stages ran than
   their profile said (forward + backward measured over the profile's sum: a calibration, since
   the profile is the least of several passes of one unit alone), times the micro-batch's rows over
-  the case's (linear in the rows);
-- micro-batches: ddpbench's default for W stages (the most up to 2 W that divides the batch), or the
-  case's --microbatches where it set them;
-- the schedule's step: the slowest stage S_max once per micro-batch and every other stage once while
-  the pipeline fills and drains, m S_max + (sum of the other stages), which for equal stages is
-  (m + p - 1) S, the bubble's formula; plus one send per boundary forward and one back while it
-  fills and drains, 2 (p - 1) hops (the steady state's sends overlap compute). naive: one batch
-  through the stages in turn. interleaved-1f1b is not projected yet;
-- a hop: the activation of one micro-batch (the case's rank 0 sent one per micro-batch: its bytes
-  a step over its micro-batches, scaled by the rows) over the intra-node link, or the inter-node one
-  where the pipeline spans nodes, latency plus bytes over the achievable bandwidth;
-- the optimizer as the case measured it, times the largest stage's parameters over the case's
+  the case's (linear in the rows), split into forward and backward as the case's rank 0 measured
+  them;
+- micro-batches: ddpbench's default for W ranks (the most up to 2 W V that divides the batch, a
+  multiple of W under interleaved-1f1b), or the case's --microbatches where it set them;
+- the step: the schedule itself played with these stage times (pipeline_schedule.py, a port of
+  pipeline/schedule.cpp), every activation and gradient that crosses to another rank arriving a
+  hop after it is sent. For equal stages and free hops that is (m + p - 1) stages under GPipe and
+  1F1B, the bubble's formula, and (m + (p - 1) / V) a rank's work under interleaved; the hops add
+  2 (p - 1) under GPipe, and more under 1F1B, whose steady state waits on a neighbour's gradient;
+- a hop: one micro-batch's activation (what the case's rank 0 sent a step over the 2 V - 1 sends
+  it makes a micro-batch, scaled by the rows) over the intra-node link, or the inter-node one where
+  the pipeline spans nodes, latency plus bytes over the achievable bandwidth;
+- the optimizer as the case measured it, times the largest rank's parameters over the case's
   largest; data and the residual as measured;
-- memory per device: the parameters, gradients and optimizer state of the largest stage at the
-  case's bytes per element, plus the activations of the micro-batches stage 0 holds at once (1F1B:
-  min(m, p); GPipe: m) of its units, at the bytes per unit and row the case's rank 0 held beyond
-  its parameters, gradients and optimizer state.
+- memory per device: the parameters, gradients and optimizer state of the largest rank at the
+  case's bytes per element, plus the activations rank 0 holds at once in the schedule played (GPipe:
+  m micro-batches; 1F1B: min(m, p); interleaved: its warm-up and one, a chunk each), at the bytes
+  per unit and row the case's rank 0 held beyond its parameters, gradients and optimizer state.
 """
-from projection import collectives
-from projection.model import Projection, ProjectionError
+from projection import collectives, pipeline_schedule
+from projection.cases import Projection, ProjectionError
+from projection.pipeline_schedule import SCHEDULES
 
 
 def even_split(units, stages):
@@ -83,16 +85,23 @@ def stage_sums(costs, spans):
     return [sum(costs[b:e]) for b, e in spans]
 
 
-def default_microbatches(global_batch, stages):
-    """pp's default: the most micro-batches up to 2 x stages that divide the batch (strategies/pp.cpp)."""
-    for m in range(2 * stages, 0, -1):
-        if global_batch % m == 0:
+def default_microbatches(global_batch, ranks, chunks=1, interleaved=False):
+    """pp's default (strategies/pp.cpp's shape_for): the most micro-batches up to 2 p V that divide the
+    batch, a multiple of p under interleaved-1f1b; None where none does."""
+    step = ranks if interleaved else 1
+    for m in range(2 * ranks * chunks, step - 1, -1):
+        if m % step == 0 and global_batch % m == 0:
             return m
-    return 1
+    return None
+
+
+def rank_stages(rank, ranks, chunks):
+    """The stages rank `rank` holds: rank, rank + p, ... (one under every schedule but interleaved)."""
+    return [chunk * ranks + rank for chunk in range(chunks)]
 
 
 def project_pp(projector, case, world):
-    """The Projection of pp at `world` stages from the pp case `case` (projector: model.Projector)."""
+    """The Projection of pp at `world` ranks from the pp case `case` (projector: model.Projector)."""
     line = case.pipeline
     network = projector.network
     nodes = collectives.nodes_for(world, network.devices_per_node)
@@ -103,104 +112,143 @@ def project_pp(projector, case, world):
     if case.strategy != "pp" or not line:
         return refused("pp is projected from a pp case: its chain's units and their times are measured, not assumed")
     schedule = line.get("schedule")
-    if schedule not in ("naive", "gpipe", "1f1b"):
-        return refused(f"{schedule} is not projected yet (naive, gpipe and 1f1b are)")
+    if schedule not in SCHEDULES:
+        return refused(f"{case.name}'s schedule {schedule!r} is none of {', '.join(SCHEDULES)}")
     units = line.get("unit_parameters") or []
     if not units:
         return refused(f"{case.name}'s file records no unit figures (unit_parameters): measure pp again")
-    if world > len(units):
-        return refused(f"{world} stages need a unit each, and the chain has {len(units)}")
+    chunks = int(line.get("chunks_per_rank") or 1)
+    stages = world * chunks
+    if stages > len(units):
+        return refused(f"{world} rank(s) x {chunks} chunk(s) make {stages} stages, which need a unit each, "
+                       f"and the chain has {len(units)}")
     balance = line.get("balance")
     profile = line.get("unit_profile_ms")
-    p0, m0 = int(line["stages"]), int(line["microbatches"])
+    p0, m0 = int(line["stages"]) // chunks, int(line["microbatches"])
     assumptions = []
     if balance == "time" and profile:
         costs = [t / 1e3 for t in profile]
-        spans = balanced_split(costs, world)
+        spans = balanced_split(costs, stages)
     else:
         if balance == "split":
-            return refused(f"{case.name} was cut by hand (--pp-split), which fits {p0} stages only")
+            return refused(f"{case.name} was cut by hand (--pp-split), which fits {p0} rank(s) only")
         # No unit was timed: their times are taken in proportion to their parameters.
         costs = [float(u) for u in units]
-        spans = balanced_split(costs, world) if balance == "params" else even_split(len(units), world)
+        spans = balanced_split(costs, stages) if balance == "params" else even_split(len(units), stages)
         assumptions.append(f"pp: {case.name} timed no unit (--pp-balance {balance}): each unit's time taken in "
                            f"proportion to its parameters")
-    calibration = _calibration(case, line, costs, p0, m0)
-    m = default_microbatches(case.global_batch, world) if schedule != "naive" else 1
-    if schedule != "naive" and case.settings.get("microbatches"):
+    calibration = _calibration(case, line, costs, p0, chunks, m0)
+    interleaved = schedule == "interleaved-1f1b"
+    if schedule == "naive":
+        m = 1
+    elif case.settings.get("microbatches"):
         m = int(case.settings["microbatches"])
         if case.global_batch % m:
             return refused(f"--microbatches {m} does not divide the batch {case.global_batch}")
-    rows_scale = (case.global_batch / m) / (case.global_batch / m0)
-    contention = projector._relative_contention(case, world)
+        if interleaved and m % world:
+            return refused(f"interleaved-1f1b takes micro-batches in groups of the {world} ranks: "
+                           f"--microbatches {m} is not a multiple of it")
+    else:
+        m = default_microbatches(case.global_batch, world, chunks, interleaved)
+        if m is None:
+            return refused(f"no multiple of {world} micro-batches up to {2 * stages} divides the batch "
+                           f"{case.global_batch}, as interleaved-1f1b needs")
+    rows_scale = m0 / m
+    contention = projector.relative_contention(case, world)
     stage = [s * calibration * rows_scale * contention for s in stage_sums(costs, spans)]
-    # A hop: one micro-batch's activation (rank 0 sent one per micro-batch of the case).
+    forward_share = _forward_share(case)
+    # A hop: one micro-batch's activation or its gradient. The case's rank 0 sent, each micro-batch,
+    # its V chunks' outputs and the input gradients of its chunks past the first: 2 V - 1 of them.
     sent = case.point_to_point_bytes or 0.0
-    hop_bytes = (sent / m0) * rows_scale if p0 > 1 else 0.0
+    hop_bytes = sent / (m0 * (2 * chunks - 1)) * rows_scale if p0 > 1 else 0.0
     link = network.inter if nodes > 1 else network.intra
     hop = (link.alpha + network.base_latency + hop_bytes / link.achievable) if world > 1 else 0.0
     if p0 == 1 and world > 1:
-        assumptions.append(f"pp: {case.name} ran one stage and sent nothing: hops taken as latency alone")
-    if schedule == "naive":
-        compute = sum(stage)
-    else:
-        compute = m * max(stage) + (sum(stage) - max(stage))
-    comm = 2 * (world - 1) * hop
-    stage_params = stage_sums([float(u) for u in units], spans)
-    measured_params = max(line.get("stage_parameters") or [sum(units) / p0])
-    optimizer = case.phase("optimizer") * max(stage_params) / measured_params * contention
-    step = compute + comm + optimizer + case.phase("data") + case.phase("residual")
+        assumptions.append(f"pp: {case.name} ran one rank and sent nothing: hops taken as latency alone")
+
+    def play(hop_s):
+        return pipeline_schedule.simulate(schedule, world, m, [s * forward_share for s in stage],
+                                          [s * (1 - forward_share) for s in stage], hop_s, chunks)
+
+    timeline, compute_only = play(hop), play(0.0)
+    # What the hops add to the step: the fill and drain's, and where a schedule waits on a neighbour's
+    # gradient in its steady state (1F1B), those too.
+    exposed = timeline.step_s - compute_only.step_s
+    ranks_parameters = [sum(stage_sums([float(u) for u in units], [spans[k] for k in rank_stages(r, world, chunks)]))
+                        for r in range(world)]
+    measured_params = max(_rank_parameters(line, p0, chunks) or [sum(units) / p0])
+    optimizer = case.phase("optimizer") * max(ranks_parameters) / measured_params * contention
+    step = timeline.step_s + optimizer + case.phase("data") + case.phase("residual")
     assumptions.append(
-        f"pp: {world} stage(s) cut by {balance if balance != 'even' else 'count'} from {case.name}'s {len(units)} "
-        f"units, {m} micro-batch(es) of {case.global_batch / m:g} rows; a unit's time its profile x "
-        f"{calibration:.2f} (the case's measured stages over their profile) x the rows; "
-        f"{'one batch through the stages in turn' if schedule == 'naive' else 'm x the slowest stage + the others once'}"
-        f" + 2 (p - 1) hops of {hop_bytes / 1024:.4g} KiB")
-    p = projector._record(case, "pp", world, step, comm, comm, [f"point-to-point ({'inter' if nodes > 1 else 'intra'}-node)"],
-                          assumptions)
+        f"pp: {schedule}, {world} rank(s) x {chunks} chunk(s) cut by {balance if balance != 'even' else 'count'} from "
+        f"{case.name}'s {len(units)} units, {m} micro-batch(es) of {case.global_batch / m:g} rows; a unit's time its "
+        f"profile x {calibration:.2f} (the case's measured stages over their profile) x the rows, "
+        f"{forward_share:.0%} of it forward; the schedule played with these times and a hop of {hop_bytes / 1024:.4g} KiB "
+        f"on each dependency between ranks (bubble {compute_only.bubble:.0%} without the hops)")
+    p = projector.record(case, "pp", world, step, exposed, exposed,
+                         [f"point-to-point ({'inter' if nodes > 1 else 'intra'}-node)"], assumptions)
     # A pipeline splits the model, not the batch: the global batch is the case's at every world.
     p.samples_per_second = case.global_batch / step
     p.assumptions.append(f"pp: the global batch as measured ({case.global_batch}) at every world, whatever --scaling")
-    p.memory_per_device_bytes = _memory(case, line, units, spans, world, m, m0, p0, rows_scale, schedule)
+    p.memory_per_device_bytes = _memory(case, line, units, spans, world, chunks, m, m0, p0, rows_scale, schedule,
+                                        timeline, max(ranks_parameters))
     if p.memory_per_device_bytes is not None:
-        p.assumptions.append("pp memory: the largest stage's parameters, gradients and optimizer state, plus stage 0's "
-                             "activations in flight at the case's bytes per unit and row")
+        p.assumptions.append("pp memory: the largest rank's parameters, gradients and optimizer state, plus the "
+                             "activations rank 0 holds at once in the schedule played, at the case's bytes per "
+                             "unit and row")
     return p
 
 
-def _calibration(case, line, costs, p0, m0):
+def _forward_share(case):
+    """Forward's share of a unit's forward + backward, as the case's rank 0 measured them (a third,
+    backward's usual two matmuls to forward's one, where it measured neither)."""
+    forward, backward = case.phase("forward"), case.phase("backward")
+    return forward / (forward + backward) if forward > 0 and backward > 0 else 1 / 3
+
+
+def _rank_parameters(line, ranks, chunks):
+    """Each rank's parameters in the case (the sum of its chunks' stages), or None."""
+    per_stage = line.get("stage_parameters") or []
+    if len(per_stage) != ranks * chunks:
+        return None
+    return [sum(per_stage[k] for k in rank_stages(r, ranks, chunks)) for r in range(ranks)]
+
+
+def _calibration(case, line, costs, p0, chunks, m0):
     """Seconds a unit of cost takes in the case's own stages: what its ranks computed a step (each
     rank's step less its waits, `compute_ms_by_rank`, less the data, the residual and its optimizer,
-    rank 0's scaled by each stage's parameters) over m0 micro-batches of the units' costs. Where
-    the file has no per-rank figures, rank 0's forward + backward over stage 0's costs."""
+    rank 0's scaled by each rank's parameters) over m0 micro-batches of the units' costs. Where
+    the file has no per-rank figures, rank 0's forward + backward over its stages' costs."""
     spans = [tuple(s) for s in line["stage_units"]]
     busy = line.get("compute_ms_by_rank") or []
-    params = line.get("stage_parameters") or []
-    if len(busy) == p0 and len(params) == p0 and params[0] > 0:
+    params = _rank_parameters(line, p0, chunks)
+    if len(busy) == p0 and params and params[0] > 0:
         measured = sum(b / 1e3 - case.phase("data") - case.phase("residual")
                        - case.phase("optimizer") * params[r] / params[0] for r, b in enumerate(busy))
         cost = m0 * sum(costs)
     else:
         measured = case.phase("forward") + case.phase("backward")
-        cost = m0 * stage_sums(costs, spans)[0]
+        cost = m0 * sum(stage_sums(costs, [spans[k] for k in rank_stages(0, p0, chunks)]))
     if measured <= 0 or cost <= 0:
         raise ProjectionError(f"{case.name}: no compute time to calibrate the pipeline's units by")
     return measured / cost
 
 
-def _memory(case, line, units, spans, world, m, m0, p0, rows_scale, schedule):
-    """Device 0's bytes at `world` stages (see the module's docstring), or None where the case's
+def _memory(case, line, units, spans, world, chunks, m, m0, p0, rows_scale, schedule, timeline, largest_rank):
+    """Device 0's bytes at `world` ranks (see the module's docstring), or None where the case's
     memory is not split by kind."""
-    if not case.memory or not line.get("stage_parameters"):
-        return None
-    held0 = line["stage_parameters"][0]
-    if held0 <= 0:
+    held0 = (_rank_parameters(line, p0, chunks) or [0])[0]
+    if not case.memory or held0 <= 0:
         return None
     per_element = (case.memory["parameter_bytes"] + case.memory["gradient_bytes"]
                    + case.memory["optimizer_state_bytes"]) / held0
-    held = max(stage_sums([float(u) for u in units], spans)) * per_element
-    units0 = line["stage_units"][0][1] - line["stage_units"][0][0]
-    in_flight = (lambda mb, p: mb if schedule in ("gpipe", "naive") else min(mb, p))
-    per_unit_microbatch = case.memory["other_bytes"] / max(1, units0 * in_flight(m0, p0))
-    activations = per_unit_microbatch * rows_scale * (spans[0][1] - spans[0][0]) * in_flight(m, world)
-    return held + activations
+    # Rank 0's units a chunk, on average, in the case and at `world`; the chunk forwards it holds at
+    # once, as the schedule played says (GPipe: m; 1F1B: min(m, p); interleaved: its warm-up + 1).
+    case_spans = [tuple(s) for s in line["stage_units"]]
+    case_units0 = sum(e - b for b, e in (case_spans[k] for k in rank_stages(0, p0, chunks))) / chunks
+    units0 = sum(e - b for b, e in (spans[k] for k in rank_stages(0, world, chunks))) / chunks
+    case_in_flight = pipeline_schedule.simulate(schedule, p0, m0, [1.0] * (p0 * chunks), [2.0] * (p0 * chunks),
+                                                0.0, chunks).peak_in_flight[0]
+    per_unit_microbatch = case.memory["other_bytes"] / max(1.0, case_units0 * case_in_flight)
+    activations = per_unit_microbatch * rows_scale * units0 * timeline.peak_in_flight[0]
+    return largest_rank * per_element + activations

@@ -1,0 +1,119 @@
+"""What a projection reads and writes: the measured cases of a results file (the median entry of
+each, in seconds and bytes) and the Projection of one strategy at one world size. Plain data, used
+by model.py and pipeline.py alike."""
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+
+class ProjectionError(ValueError):
+    """A results file that holds nothing a projection can start from."""
+
+
+@dataclass
+class Bucket:
+    nbytes: float
+    ready_s: float
+
+
+@dataclass
+class MeasuredCase:
+    """The median entry of one measured case, in the units the model uses."""
+    name: str
+    workload: str
+    strategy: str
+    world: int
+    global_batch: int
+    phases: dict                   # seconds per step, by phase name
+    gradient_bytes: Optional[float]
+    buckets: Optional[List[Bucket]]  # ddp only: the measured timeline
+    step_s: float
+    memory: Optional[dict] = None  # device 0's bytes by kind: parameter, gradient, optimizer_state, other
+    units: Optional[int] = None    # fsdp: its wrap units (the root counted)
+    # fsdp: each unit's parameter bytes and whether it is the root, in build order (files from
+    # before they were recorded have none: the units are then taken as equal)
+    unit_bytes: Optional[List[tuple]] = None
+    settings: dict = field(default_factory=dict)  # the strategy's own flags as the file records them
+    pipeline: Optional[dict] = None  # pp: the JSON's pipeline object (its cut, units, schedule)
+    point_to_point_bytes: Optional[float] = None  # pp: what its rank 0 sent its neighbour a step
+
+    def phase(self, name):
+        return self.phases.get(name, 0.0)
+
+    @property
+    def per_rank_batch(self):
+        return self.global_batch / self.world
+
+
+@dataclass
+class Projection:
+    workload: str
+    strategy: str
+    world: int
+    nodes: int
+    status: str                    # "projected" or "refused"
+    reason: str = ""
+    step_ms: Optional[float] = None
+    samples_per_second: Optional[float] = None
+    scaling_efficiency: Optional[float] = None
+    comm_ms: Optional[float] = None          # all collectives' time per step
+    exposed_comm_ms: Optional[float] = None  # what backward did not hide
+    algorithms: List[str] = field(default_factory=list)
+    from_case: str = ""
+    memory_per_device_bytes: Optional[float] = None  # ddp, zero1, zero2, fsdp
+    assumptions: List[str] = field(default_factory=list)
+    compute_slowdown: Optional[dict] = None  # ddp, zero1, zero2, fsdp: backward's slow-down (slowdown.py)
+    # The band that the links' efficiency ranges and the compute slow-down's range span: [fast, slow]
+    # step time, [slow, fast] throughput.
+    step_ms_band: Optional[List[float]] = None
+    samples_per_second_band: Optional[List[float]] = None
+
+    def to_json(self):
+        return dict(self.__dict__)
+
+
+def measured_cases(doc):
+    """MeasuredCase for every case of the file that was measured (median entries, status ok)."""
+    out = []
+    strategy_settings = doc["context"]["ddpbench"].get("settings", {}).get("strategy_settings") or {}
+    # pp's pipeline object is written on each repetition, not on the aggregates: its cut and unit
+    # figures are the case's, the same every repetition (the last one kept).
+    pipelines = {b.get("run_name", b["name"]): b["ddpbench"]["pipeline"] for b in doc["benchmarks"]
+                 if b["run_type"] == "iteration" and isinstance((b.get("ddpbench") or {}).get("pipeline"), dict)}
+    for b in doc["benchmarks"]:
+        if b["run_type"] != "aggregate" or b.get("aggregate_name") != "median":
+            continue
+        f = b["ddpbench"]
+        if f["status"] != "ok" or not f.get("phases_ms"):
+            continue
+        batch = f.get("global_batch")
+        if not isinstance(batch, (int, float)) or batch <= 0:
+            continue
+        phases = {k: v / 1e3 for k, v in f["phases_ms"].items()}
+        comm = f.get("comm") or {}
+        buckets = None
+        if comm.get("bucket_timeline"):
+            if any("bytes" not in x or "ready_ms" not in x for x in comm["bucket_timeline"]):
+                raise ProjectionError(f"{b['name']}: a bucket_timeline entry lacks bytes or ready_ms")
+            buckets = [Bucket(float(x["bytes"]), x["ready_ms"] / 1e3) for x in comm["bucket_timeline"]]
+        facts = f.get("workload_facts") or {}
+        device0 = (f.get("memory") or [{}])[0] or {}
+        kinds = ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "other_bytes")
+        memory = {k: float(device0[k]) for k in kinds} if all(
+            isinstance(device0.get(k), (int, float)) for k in kinds) else None
+        units = comm.get("buckets") if f["strategy"] == "fsdp" and isinstance(comm.get("buckets"), int) else None
+        unit_bytes = [(float(u["bytes"]), bool(u["root"])) for u in comm.get("units") or []] or None
+        settings = strategy_settings.get(f["strategy"])
+        out.append(MeasuredCase(name=b.get("run_name", b["name"]), workload=f["workload"], strategy=f["strategy"],
+                                world=int(f["world_size"]), global_batch=int(batch), phases=phases,
+                                gradient_bytes=facts.get("gradient_bytes") or comm.get("bytes_per_step"),
+                                buckets=buckets, step_s=b["real_time"] * _to_s(b.get("time_unit", "ms")),
+                                memory=memory, units=units if units and units > 0 else None,
+                                unit_bytes=unit_bytes if f["strategy"] == "fsdp" else None,
+                                settings=dict(settings) if isinstance(settings, dict) else {},
+                                pipeline=pipelines.get(b.get("run_name", b["name"])) if f["strategy"] == "pp" else None,
+                                point_to_point_bytes=comm.get("point_to_point_bytes_per_step")))
+    return out
+
+
+def _to_s(unit):
+    return {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
