@@ -5,7 +5,10 @@ link_run.py    the inter-node link's efficiency range widened to what a ddpbench
 collectives.py the cost of an all-reduce, broadcast or reduce under an alpha-beta model (ring and tree, NCCL's way),
                and a shaped link's token bucket
 slowdown.py    compute slowed by communication: backward's factor and the CPU's cost per byte sent, fitted or stated
+cases.py       the measured cases a results file holds, and the Projection of one strategy at one world size
 model.py       per-strategy step time from one measured case: ddp replays the measured bucket timeline
+pipeline.py    pp at another stage count: the chain cut again, the schedule played with the measured unit times
+pipeline_schedule.py  pipeline/schedule.cpp's four schedules, played with per-stage times and a hop between ranks
 memory.py      memory per device by ZeRO's formulas over a measured case's bytes
 timelines.py   a step's collectives on one stream behind compute, with a shaped link's token bucket
 answers.py     which strategies fit a device's memory, the fastest of them, and when the band cannot rank two
