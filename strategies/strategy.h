@@ -271,6 +271,9 @@ struct StrategyInfo {
   // It runs the model as a chain cut into stages (WorkloadModel::chain_length): a model that is not
   // written as one (a TorchScript file, a plug-in that declares none) is skipped, saying so.
   bool needs_chain = false;
+  // It splits the model's linear layers over the ranks (WorkloadModel::tensor_parallel_plan): a
+  // model with no plan is skipped, saying so.
+  bool needs_tensor_parallel_plan = false;
 };
 
 class StrategyRegistry {

@@ -26,14 +26,20 @@ class MlpModel final : public DefaultConstructedModel<MlpModel> {
   std::vector<WrapUnit> wrap_units() override {
     return {{"fc1", fc1->parameters()}, {"fc2", fc2->parameters()}, {"fc3", fc3->parameters()}, {"fc4", fc4->parameters()}};
   }
+  // Columns, rows, columns, rows: fc1's share of the hidden features goes through ReLU to fc2, whose
+  // partial sums one all-reduce completes; fc3 and fc4 the same.
+  std::vector<TensorParallelLayer> tensor_parallel_plan() override {
+    using S = TensorParallelSplit;
+    return {{"fc1", fc1.ptr(), S::Column}, {"fc2", fc2.ptr(), S::Row}, {"fc3", fc3.ptr(), S::Column}, {"fc4", fc4.ptr(), S::Row}};
+  }
 
  protected:
   torch::Tensor chain_unit(std::size_t unit, const torch::Tensor& h) override {
     switch (unit) {
-      case 0: return torch::relu(fc1->forward(h));
-      case 1: return torch::relu(fc2->forward(h));
-      case 2: return torch::relu(fc3->forward(h));
-      default: return fc4->forward(h);
+      case 0: return torch::relu(call_linear(*fc1, h));
+      case 1: return torch::relu(call_linear(*fc2, h));
+      case 2: return torch::relu(call_linear(*fc3, h));
+      default: return call_linear(*fc4, h);
     }
   }
 

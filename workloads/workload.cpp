@@ -1,6 +1,7 @@
 #include "workloads/workload.h"
 
 #include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
@@ -45,6 +46,20 @@ std::vector<torch::Tensor> each_tensor_once(const std::vector<torch::Tensor>& te
 }
 
 }  // namespace
+
+const char* to_string(TensorParallelSplit split) { return split == TensorParallelSplit::Column ? "column" : "row"; }
+
+std::string TensorParallelLayerShape::why_not_split(int ranks) const {
+  const std::int64_t features = split_features();
+  if (ranks > 0 && features % ranks == 0) return "";
+  return name + "'s " + std::to_string(features) + (split == TensorParallelSplit::Column ? " outputs" : " inputs") +
+         " (split by " + (split == TensorParallelSplit::Column ? "columns" : "rows") + ") do not divide among " +
+         std::to_string(ranks) + " ranks";
+}
+
+torch::Tensor WorkloadModel::call_linear(torch::nn::LinearImpl& layer, const torch::Tensor& x) {
+  return linear_hooks_ == nullptr ? layer.forward(x) : linear_hooks_->linear(layer, x);
+}
 
 torch::Tensor WorkloadModel::chain_unit(std::size_t, const torch::Tensor&) {
   throw std::logic_error("chain_unit on a model that is no chain: " + chain_refusal());
@@ -178,6 +193,10 @@ WorkloadFacts Workload::facts() const {
   f.flops_per_sample = flops_per_sample();
   f.chain_length = model->chain_length();
   if (f.chain_length == 0) f.chain_refusal = model->chain_refusal();
+  for (const auto& l : model->tensor_parallel_plan()) {
+    f.tensor_parallel_layers.push_back({l.name, l.split, l.layer->options.in_features(), l.layer->options.out_features()});
+  }
+  if (f.tensor_parallel_layers.empty()) f.tensor_parallel_refusal = model->tensor_parallel_refusal();
   return f;
 }
 

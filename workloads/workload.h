@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "workloads/tensor_parallel_plan.h"
+
 namespace ddpbench {
 
 class WorkloadModel;
@@ -67,6 +69,18 @@ class WorkloadModel : public torch::nn::Module {
   // default, and then call_unit costs one null test.
   void set_unit_hooks(UnitCallHooks* hooks) { unit_hooks_ = hooks; }
 
+  // Megatron's tensor parallelism (workloads/tensor_parallel_plan.h): the linear layers a tp group
+  // splits, each run through call_linear, a column layer's output reaching only elementwise work
+  // before the row layer that takes it. Empty (the default): no plan, and tensor_parallel_refusal()
+  // says why, for tp to refuse the model in one line.
+  virtual std::vector<TensorParallelLayer> tensor_parallel_plan() { return {}; }
+  virtual std::string tensor_parallel_refusal() const {
+    return "it states no tensor-parallel plan (which linear layers split by columns, which by rows)";
+  }
+  // Installed by tp for as long as it runs the model; nothing by default, and then call_linear costs
+  // one null test.
+  void set_linear_hooks(LinearCallHooks* hooks) { linear_hooks_ = hooks; }
+
   // The model as a chain, what a pipeline cuts between stages: input -> chain_head -> unit 0 -> ...
   // -> unit n-1 -> chain_tail -> output, unit i being wrap_units()[i]'s computation. A chain model
   // returns n here, implements the parts below and writes forward as forward_range(input, 0, n), so
@@ -101,9 +115,12 @@ class WorkloadModel : public torch::nn::Module {
     unit_hooks_->before_unit(unit);
     return unit_hooks_->after_unit(unit, body());
   }
+  // layer.forward(x), or what the installed linear hooks run in its place.
+  torch::Tensor call_linear(torch::nn::LinearImpl& layer, const torch::Tensor& x);
 
  private:
   UnitCallHooks* unit_hooks_ = nullptr;
+  LinearCallHooks* linear_hooks_ = nullptr;
 };
 
 // The fresh_instance() of a model built by its default constructor.
@@ -148,6 +165,10 @@ struct WorkloadFacts {
   // The model as a chain (WorkloadModel::chain_length; 0: none, and chain_refusal says why).
   std::size_t chain_length = 0;
   std::string chain_refusal;
+  // The tensor-parallel plan's layers (WorkloadModel::tensor_parallel_plan; none: no plan, and
+  // tensor_parallel_refusal says why).
+  std::vector<TensorParallelLayerShape> tensor_parallel_layers;
+  std::string tensor_parallel_refusal;
 };
 
 // Run-wide choices that some workloads size themselves by: gpt2 takes its tokens per sample and

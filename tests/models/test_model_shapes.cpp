@@ -41,7 +41,7 @@ void expect_ok_and_at_parity(const std::map<std::string, json>& cases) {
   ASSERT_EQ(cases.size(), StrategyRegistry::instance().names().size());
   for (const auto& [strategy, c] : cases) {
     SCOPED_TRACE(strategy);
-    if (testing::skipped_as_no_chain(c)) continue;
+    if (testing::skipped_as_unsplittable(c)) continue;
     ASSERT_EQ(c["status"], "ok") << c["reason"];
     if (c["parity"]["compared_by"] == "parameters") {
       EXPECT_LE(c["parity"]["max_rel_param_diff"].get<double>(), c["parity"]["tolerance"].get<double>());
@@ -71,7 +71,7 @@ TEST(ModelShapes, ATensorUnderTwoNamesIsOneParameterUnderEveryStrategy) {
     expect_ok_and_at_parity(cases);
     for (const auto& [strategy, c] : cases) {
       SCOPED_TRACE(strategy);
-      if (testing::skipped_as_no_chain(c)) continue;
+      if (testing::skipped_as_unsplittable(c)) continue;
       EXPECT_EQ(c["workload_facts"]["parameters"].get<std::int64_t>(), s.parameters);
       EXPECT_EQ(c["workload_facts"]["gradient_bytes"].get<std::int64_t>(), 4 * s.parameters);
     }
@@ -97,7 +97,7 @@ TEST(ModelShapes, FrozenParametersGetNoGradientOptimizerStateOrTrafficUnlessAske
     const std::int64_t trained = train_frozen ? all : head;
     for (const auto& [strategy, c] : cases) {
       SCOPED_TRACE(strategy);
-      if (testing::skipped_as_no_chain(c)) continue;
+      if (testing::skipped_as_unsplittable(c)) continue;
       EXPECT_EQ(c["workload_facts"]["parameters"].get<std::int64_t>(), all);
       EXPECT_EQ(c["workload_facts"]["gradient_bytes"].get<std::int64_t>(), 4 * trained);
     }
@@ -137,7 +137,7 @@ TEST(ModelShapes, AUnitWhoseOutputIsDetachedRunsUnderFsdpWithItsParametersLeftAl
   ASSERT_EQ(cases.size(), 4u);
   for (const auto& [strategy, c] : cases) {
     SCOPED_TRACE(strategy);
-    if (testing::skipped_as_no_chain(c)) continue;
+    if (testing::skipped_as_unsplittable(c)) continue;
     ASSERT_EQ(c["status"], "ok") << c["reason"];
     EXPECT_TRUE(c["parity"]["checked"].get<bool>());
     EXPECT_LE(c["parity"]["max_rel_param_diff"].get<double>(), c["parity"]["tolerance"].get<double>());
@@ -220,7 +220,7 @@ TEST(ModelShapes, BuffersAndParametersOfOtherDtypesRunUnderEveryStrategyOrSayWhy
   ASSERT_EQ(cases.size(), StrategyRegistry::instance().names().size());
   for (const auto& [strategy, c] : cases) {
     SCOPED_TRACE(strategy);
-    if (testing::skipped_as_no_chain(c)) continue;
+    if (testing::skipped_as_unsplittable(c)) continue;
     const bool sharded = strategy == "zero1" || strategy == "zero2" || strategy == "fsdp";
     if (sharded && !compat::gloo_sends_bf16()) {
       EXPECT_EQ(c["status"], "failed");
@@ -238,7 +238,7 @@ TEST(ModelShapes, AModelTheFloat64ParityPassCannotTrainIsMeasuredWithParityCanno
   ASSERT_EQ(cases.size(), StrategyRegistry::instance().names().size());
   for (const auto& [strategy, c] : cases) {
     SCOPED_TRACE(strategy);
-    if (testing::skipped_as_no_chain(c)) continue;
+    if (testing::skipped_as_unsplittable(c)) continue;
     ASSERT_EQ(c["status"], "ok") << c["reason"];
     if (strategy == "hogwild") continue;  // compared by loss, in the dtype it is measured in
     EXPECT_FALSE(c["parity"]["checked"].get<bool>());

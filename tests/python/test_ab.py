@@ -128,7 +128,7 @@ def test_which_strategies_a_round_runs():
     assert ab.strategies(DDPBENCH, ["--strategy", "ddp,single"]) == ["ddp", "single"]
     assert ab.strategies(DDPBENCH, ["--strategy=hogwild"]) == ["hogwild"]
     assert ab.strategies(DDPBENCH, []) == ["single", "dp", "dp-loss-in-model", "ddp", "hogwild", "zero1", "zero2", "fsdp",
-                                           "pp"]
+                                           "pp", "tp"]
     assert ab.strategies(DDPBENCH, ["--strategy", "all"]) == ab.strategies(DDPBENCH, [])
     assert ab.with_strategy(["--steps", "3", "--strategy", "all", "--strategy=dp"], "ddp") == [
         "--steps", "3", "--strategy", "ddp"]

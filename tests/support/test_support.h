@@ -252,18 +252,21 @@ inline std::vector<std::string> suite_workloads() {
   return out;
 }
 
-// A case of a strategy that cuts the model into stages (pp), on a model that is no chain (a
-// TorchScript file whose forward does more than call its submodules in turn): whether it was
-// skipped, after checking that it says so (pp's words, then the model's own reason).
-// False for a case of any other strategy, or one that ran; the caller checks those as usual.
-inline bool skipped_as_no_chain(const nlohmann::json& ddpbench_case) {
+// A case of a strategy that splits the model itself (pp between its chain units, tp inside its
+// linear layers) on a model that offers no such split (a TorchScript file whose forward does more
+// than call its submodules in turn; a model with no tensor-parallel plan): whether it was skipped,
+// after checking that it says so (the strategy's words, then the model's own reason). False for a
+// case of any other strategy, or one that ran; the caller checks those as usual.
+inline bool skipped_as_unsplittable(const nlohmann::json& ddpbench_case) {
   const auto strategy = ddpbench_case.at("strategy").get<std::string>();
-  if (!::ddpbench::StrategyRegistry::instance().get(strategy).needs_chain || ddpbench_case.at("status") != "skipped") {
-    return false;
-  }
+  const auto& info = ::ddpbench::StrategyRegistry::instance().get(strategy);
+  const char* words = info.needs_chain                  ? "pp cuts the model between its units, and "
+                      : info.needs_tensor_parallel_plan ? "tp splits linear layers by columns and rows, and "
+                                                        : nullptr;
+  if (words == nullptr || ddpbench_case.at("status") != "skipped") return false;
   const auto reason = ddpbench_case.at("reason").get<std::string>();
-  if (reason.rfind("pp cuts the model between its units, and ", 0) != 0) {
-    ADD_FAILURE() << strategy << " skipped a case for another reason than a model that is no chain: " << reason;
+  if (reason.rfind(words, 0) != 0) {
+    ADD_FAILURE() << strategy << " skipped a case for another reason than a model it cannot split: " << reason;
   }
   return true;
 }

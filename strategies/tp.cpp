@@ -1,0 +1,251 @@
+// `tp`: Megatron's tensor parallelism. One process per rank as ddp; every rank trains on the whole
+// batch and holds, of each linear layer the workload's plan names (workloads/tensor_parallel_plan.h),
+// its share: a column layer its rows of the weight and bias (its share of the outputs), a row layer
+// its columns of the weight (its share of the inputs) and the whole bias. What is outside the plan
+// is held whole on every rank. A column layer's input passes through f (identity forward, its
+// gradient all-reduced backward), a row layer's partial output through g (all-reduced forward,
+// identity backward), so a column-row pair costs one all-reduce each way (Megatron-LM, arXiv
+// 1909.08053, section 3). Every rank then computes the same loss and the same gradients for what it
+// holds whole, so nothing else is reduced. The all-reduces block compute: they are timed as
+// comm_exposed, inside forward and backward.
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/nn/functional/linear.h>
+#include <torch/nn/modules/linear.h>
+
+#include <chrono>
+#include <unordered_map>
+
+#include "compat/torch_compat.h"
+#include "distributed/process_group.h"
+#include "strategies/rank_state.h"
+#include "strategies/strategy.h"
+
+namespace ddpbench {
+namespace {
+
+// The group's all-reduces, counted and timed (comm_exposed) for the comm summary. The strategy's
+// own, so that the autograd functions below reach it through one pointer.
+class TensorParallelGroup {
+ public:
+  void attach(ProcessGroupContext* group) { group_ = group; }
+  void set_phases(PhaseRecorder* phases) { phases_ = phases; }
+  ProcessGroupContext& group() { return *group_; }
+
+  torch::Tensor all_reduced(const torch::Tensor& x, const char* what) {
+    // Under --dtype bf16 the activations are bf16, which 1.x's Gloo cannot send: those are summed
+    // in float32 (and counted as sent in it) and rounded back, as ddp's buckets widen.
+    const bool widen = x.scalar_type() == torch::kBFloat16 && group_->kind() == DeviceKind::Cpu &&
+                       !compat::gloo_sends_bf16();
+    auto sum = widen ? x.detach().to(torch::kFloat) : x.detach().contiguous().clone();
+    std::optional<PhaseRecorder::Scope> scope;
+    if (phases_ != nullptr) scope.emplace(*phases_, Phase::CommExposed, what);
+    const auto start = std::chrono::steady_clock::now();
+    group_->allreduce(sum, std::string("tp: ") + what);
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    bytes_ += sum.numel() * static_cast<std::int64_t>(sum.element_size());
+    ++collectives_;
+    return widen ? sum.to(x.scalar_type()) : sum;
+  }
+
+  struct Traffic {
+    std::int64_t bytes = 0, collectives = 0;
+    double seconds = 0;
+  };
+  Traffic traffic() const { return {bytes_, collectives_, seconds_}; }
+  void reset() { bytes_ = 0, collectives_ = 0, seconds_ = 0; }
+
+ private:
+  ProcessGroupContext* group_ = nullptr;
+  PhaseRecorder* phases_ = nullptr;
+  std::int64_t bytes_ = 0, collectives_ = 0;
+  double seconds_ = 0;
+};
+
+// Megatron's f: the input of a column layer, whole on every rank; its gradient is each rank's part
+// of the sum, all-reduced.
+struct CopyToTensorParallel : torch::autograd::Function<CopyToTensorParallel> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, TensorParallelGroup* tp) {
+    ctx->saved_data["tp"] = reinterpret_cast<std::int64_t>(tp);
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* tp = reinterpret_cast<TensorParallelGroup*>(ctx->saved_data["tp"].toInt());
+    return {tp->all_reduced(grads[0], "all-reduce backward"), torch::Tensor()};
+  }
+};
+
+// Megatron's g: a row layer's partial sums, all-reduced into the whole output; its gradient is the
+// same on every rank and passes through.
+struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorParallel> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x, TensorParallelGroup* tp) {
+    return tp->all_reduced(x, "all-reduce forward");
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    return {grads[0], torch::Tensor()};
+  }
+};
+
+class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
+ protected:
+  std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
+                                                   const StrategyOptions&) const override {
+    if (devices.is_cuda() && !compat::have_nccl()) return "this LibTorch has no NCCL, which tp needs on CUDA";
+    const WorkloadFacts facts = WorkloadRegistry::instance().get(spec.workload).facts();
+    if (facts.tensor_parallel_layers.empty()) {
+      return "tp splits linear layers by columns and rows, and " + facts.tensor_parallel_refusal;
+    }
+    for (const auto& layer : facts.tensor_parallel_layers) {
+      const auto why = layer.why_not_split(spec.world_size);
+      if (!why.empty()) return "tp: " + spec.workload + ": " + why + " (--world-size)";
+    }
+    return std::nullopt;
+  }
+
+  // Every rank trains on the whole batch: the model is split, not the data.
+  DataShard do_data_shard() const override { return {0, 1}; }
+  std::optional<c10::Device> do_batch_device() const override { return device_; }
+
+  void do_setup(const StrategySetup& setup) override {
+    if (setup.process_group == nullptr) throw std::logic_error("tp runs only inside a rank process");
+    group_ = setup.process_group;
+    tp_.attach(group_);
+    workload_ = &setup.workload;
+    global_batch_ = setup.spec.global_batch;
+    device_ = setup.devices.device(group_->local_rank());
+    model_ = setup.model;
+    model_->to(device_);
+    model_->train();
+    std::vector<torch::Tensor> state = model_->distinct_parameters();
+    const auto buffers = model_->distinct_buffers();
+    state.insert(state.end(), buffers.begin(), buffers.end());
+    start_from_rank0_state(state, *group_, "tp");
+    shard_planned_layers();
+    model_->set_linear_hooks(this);
+    optimizer_ = setup.make_optimizer(model_->trainable_parameters());
+    precision_ = setup.precision;
+    scaler_ = LossScaler(precision_);
+  }
+
+  torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
+    {  // the last step's gradients, kept until now: zero_grad, optimizer work (strategy.h)
+      auto scope = phases.scope(Phase::Optimizer);
+      for (auto& p : model_->trainable_parameters()) p.mutable_grad() = torch::Tensor();
+    }
+    tp_.set_phases(&phases);
+    const auto forward = rank_forward(batch, *workload_, *model_, device_, *group_, {}, precision_, global_batch_, phases);
+    {
+      auto scope = phases.scope(Phase::Backward);
+      scaler_.scale(forward.loss).backward();
+    }
+    tp_.set_phases(nullptr);
+    {
+      auto scope = phases.scope(Phase::Optimizer);
+      scaler_.step(*optimizer_);  // every rank holds the same loss: all skip or step alike
+    }
+    ++steps_;
+    return forward.loss.detach();
+  }
+
+  // The planned layers whole, each gathered from its ranks' shares (the others' parts zeros, summed);
+  // the rest as held. Only the parity check asks.
+  std::vector<torch::Tensor> do_trained_parameters() override {
+    torch::NoGradGuard no_grad;
+    const int rank = group_->rank();
+    std::vector<torch::Tensor> out;
+    for (const auto& p : model_->distinct_parameters()) {
+      const auto found = shards_.find(p.unsafeGetTensorImpl());
+      if (found == shards_.end()) {
+        out.push_back(p);
+        continue;
+      }
+      const auto& [dim, whole_shape] = found->second;
+      auto whole = torch::zeros(whole_shape, p.options());
+      whole.narrow(dim, rank * p.size(dim), p.size(dim)).copy_(p);
+      group_->allreduce(whole, "tp: gathering the trained parameters");
+      out.push_back(whole);
+    }
+    return out;
+  }
+  std::vector<torch::Tensor> do_held_parameters() override { return model_->distinct_parameters(); }
+
+  std::optional<CommSummary> do_comm_summary() const override {
+    if (steps_ == 0) return std::nullopt;
+    const auto traffic = tp_.traffic();
+    CommSummary c;
+    c.backend = group_->backend_name();
+    c.world_size = group_->size();
+    c.bytes_per_step = traffic.bytes / steps_;
+    c.buckets = static_cast<int>(traffic.collectives / steps_);
+    c.allreduce_seconds_per_step = traffic.seconds / static_cast<double>(steps_);
+    return c;
+  }
+  void do_reset_measured_stats() override {
+    tp_.reset();
+    steps_ = 0;
+  }
+
+ private:
+  // Each planned layer's weight (and a column layer's bias) cut to this rank's share, in place, so
+  // that the optimizer, the memory probe and the checkpoint see the shares.
+  void shard_planned_layers() {
+    torch::NoGradGuard no_grad;
+    const int t = group_->size(), rank = group_->rank();
+    const auto keep_share = [&](torch::Tensor& p, std::int64_t dim) {
+      shards_[p.unsafeGetTensorImpl()] = {dim, p.sizes().vec()};
+      const std::int64_t share = p.size(dim) / t;
+      p.set_data(p.narrow(dim, rank * share, share).clone());
+    };
+    for (const auto& planned : model_->tensor_parallel_plan()) {
+      auto& layer = *planned.layer;
+      const auto why = TensorParallelLayerShape{planned.name, planned.split, layer.options.in_features(),
+                                                layer.options.out_features()}.why_not_split(t);
+      if (!why.empty()) throw CaseFailure("tp: " + why);
+      if (planned.split == TensorParallelSplit::Column) {
+        keep_share(layer.weight, 0);
+        if (layer.bias.defined() && layer.bias.numel() > 0) keep_share(layer.bias, 0);
+      } else {
+        keep_share(layer.weight, 1);
+      }
+      held_[&layer] = planned.split;
+    }
+  }
+
+  torch::Tensor linear(torch::nn::LinearImpl& layer, const torch::Tensor& x) override {
+    const auto found = held_.find(&layer);
+    if (found == held_.end()) return layer.forward(x);
+    const bool has_bias = layer.bias.defined() && layer.bias.numel() > 0;
+    if (found->second == TensorParallelSplit::Column) {
+      const auto input = x.requires_grad() ? CopyToTensorParallel::apply(x, &tp_) : x;
+      return torch::nn::functional::linear(input, layer.weight, has_bias ? layer.bias : torch::Tensor());
+    }
+    auto partial = torch::nn::functional::linear(x, layer.weight);
+    auto whole = ReduceFromTensorParallel::apply(partial, &tp_);
+    return has_bias ? whole + layer.bias : whole;
+  }
+
+  ProcessGroupContext* group_ = nullptr;
+  TensorParallelGroup tp_;
+  const Workload* workload_ = nullptr;
+  std::int64_t global_batch_ = 1;
+  c10::Device device_{c10::kCPU};
+  ModelPtr model_;
+  std::unordered_map<const torch::nn::LinearImpl*, TensorParallelSplit> held_;
+  // A sharded parameter's dimension and whole shape, by its TensorImpl.
+  std::unordered_map<const void*, std::pair<std::int64_t, std::vector<std::int64_t>>> shards_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  Precision precision_ = Precision::Fp32;
+  LossScaler scaler_{Precision::Fp32};
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace
+
+DDPBENCH_REGISTER_STRATEGY({"tp", "tensor parallelism (Megatron): each planned linear layer split over the ranks by "
+                            "columns or rows, one all-reduce forward and one backward a column-row pair",
+                            9, /*uses_all_devices=*/true, [] { return std::make_unique<TensorParallelStrategy>(); },
+                            /*multi_process=*/true, /*asynchronous=*/false, /*one_cuda_device=*/false,
+                            /*needs_chain=*/false, /*needs_tensor_parallel_plan=*/true});
+
+}  // namespace ddpbench

@@ -1,0 +1,91 @@
+// tp: whole runs of real rank processes. Parity with single in float64 at world 2 and 4 on mlp
+// (split by columns, rows, columns, rows); each rank's parameters, gradients and optimizer state
+// its shares of the split layers and the whole of the rest, to the byte; the bytes all-reduced a
+// step against Megatron's count, timed as comm_exposed; what tp cannot split, skipped saying why.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "tests/support/test_support.h"
+
+namespace ddpbench {
+namespace {
+
+using nlohmann::json;
+using testing::find_case;
+using testing::read_text;
+using testing::run_process;
+using testing::ScratchDir;
+
+std::vector<std::string> tp_run(const std::string& json_path, std::vector<std::string> extra) {
+  return testing::ddpbench_run({{"--device", "cpu"}, {"--steps", "3"}, {"--warmup", "1"}, {"--repetitions", "1"},
+                                {"--workload", "mlp"}, {"--batch", "12"}, {"--dataset-size", "48"}, {"--timeout", "30"}},
+                               json_path, std::move(extra));
+}
+
+const json& tp_case(const json& doc, int world) {
+  const auto* c = find_case(doc, "mlp/tp/world:" + std::to_string(world));
+  if (c == nullptr) throw std::runtime_error("no mlp/tp case at world " + std::to_string(world));
+  return (*c)["ddpbench"];
+}
+
+class TpWorld : public ::testing::TestWithParam<int> {};
+
+// One run a world: parity in float64, memory by kind, traffic.
+TEST_P(TpWorld, MatchesSingleHoldsItsSharesAndAllReducesWhatMegatronCounts) {
+  const int t = GetParam();
+  ScratchDir dir;
+  const auto r = run_process(tp_run(dir.file("r.json"), {"--strategy", "tp", "--world-size", std::to_string(t),
+                                                         "--parity-steps", "3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const auto& d = tp_case(doc, t);
+  ASSERT_EQ(d["status"], "ok") << d["reason"];
+  EXPECT_EQ(d["parity"]["dtype"], "fp64");
+  EXPECT_LE(d["parity"]["max_rel_param_diff"].get<double>(), 1e-9);
+  EXPECT_TRUE(d["parity"]["within_tolerance"].get<bool>());
+  ASSERT_EQ(d["ranks"].size(), static_cast<std::size_t>(t));
+
+  // fc1 (784 -> 1024) and fc3 (1024 -> 1024) split by columns: 1/t of each weight and bias. fc2
+  // (1024 -> 1024) and fc4 (1024 -> 10) split by rows: 1/t of each weight, the bias whole.
+  const std::int64_t elements = (784 * 1024 + 1024) / t + 1024 * 1024 / t + 1024 + (1024 * 1024 + 1024) / t +
+                                1024 * 10 / t + 10;
+  ASSERT_EQ(d["memory"].size(), static_cast<std::size_t>(t));
+  for (const auto& m : d["memory"]) {
+    EXPECT_EQ(m["parameter_bytes"].get<std::int64_t>(), elements * 4) << m.dump();
+    EXPECT_EQ(m["gradient_bytes"].get<std::int64_t>(), elements * 4) << m.dump();
+    EXPECT_EQ(m["optimizer_state_bytes"].get<std::int64_t>(), elements * 4) << m.dump();  // SGD's momentum
+  }
+
+  // Forward: fc2's and fc4's partial sums, [12, 1024] and [12, 10]. Backward: fc3's input gradient,
+  // [12, 1024]; fc1's input is the data, which needs none. Three all-reduces of floats a step,
+  // whatever t (Megatron's cost does not shrink with the group).
+  const auto& comm = d["comm"];
+  EXPECT_EQ(comm["bytes_per_step"].get<std::int64_t>(), 12LL * (1024 + 10 + 1024) * 4) << comm.dump();
+  EXPECT_EQ(comm["buckets"].get<int>(), 3) << comm.dump();
+  EXPECT_GT(d["phases_ms"].value("comm_exposed", 0.0), 0.0) << d["phases_ms"].dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, TpWorld, ::testing::Values(2, 4),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+TEST(TpRun, SkipsWhatItCannotSplitSayingWhy) {
+  ScratchDir dir;
+  // mlp at world 3: fc1's 1024 outputs do not split three ways. transformer: no plan.
+  const auto r = run_process(tp_run(dir.file("r.json"), {"--strategy", "tp", "--world-size", "3", "--workload",
+                                                         "mlp,transformer"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const auto& mlp = tp_case(doc, 3);
+  EXPECT_EQ(mlp["status"], "skipped");
+  EXPECT_EQ(mlp["reason"], "tp: mlp: fc1's 1024 outputs (split by columns) do not divide among 3 ranks (--world-size)");
+  const auto* transformer = find_case(doc, "transformer/tp/world:3");
+  ASSERT_NE(transformer, nullptr);
+  EXPECT_EQ((*transformer)["ddpbench"]["status"], "skipped");
+  EXPECT_TRUE(testing::skipped_as_unsplittable((*transformer)["ddpbench"]));
+}
+
+}  // namespace
+}  // namespace ddpbench
