@@ -39,7 +39,8 @@ void validate_plan(const RunnerOptions& options, const DeviceSet& devices) {
     const std::int64_t dataset = options.dataset_size.value_or(32 * batch);
     for (const auto& s : options.strategies) {
       const auto& info = StrategyRegistry::instance().get(s);
-      if (info.uses_all_devices && batch < devices.size()) {
+      // tp gives every rank the whole batch: a batch of one splits a model over any number of ranks.
+      if (info.uses_all_devices && !info.needs_tensor_parallel_plan && batch < devices.size()) {
         throw UsageError("--batch: global batch " + std::to_string(batch) + " is smaller than the world size " +
                          std::to_string(devices.size()) + " (" + s + " on " + w + " needs a sample per device)");
       }

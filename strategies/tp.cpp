@@ -87,6 +87,30 @@ struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorPara
   }
 };
 
+// Where a rank's share of a split parameter sits in the whole: along `dim`, which holds `packed`
+// equal parts side by side (attention's Q, K and V), the rank's 1/t of each part.
+struct Share {
+  std::int64_t dim = 0, packed = 1;
+  int ranks = 1;
+  std::vector<std::int64_t> whole_shape;
+
+  std::vector<std::int64_t> held_shape() const {
+    auto shape = whole_shape;
+    shape[static_cast<std::size_t>(dim)] /= ranks;
+    return shape;
+  }
+  // Rank `rank`'s share of `tensor` (the whole, or with held the share itself, rank 0 of it) as a
+  // view with `dim` unfolded into [packed, part]: what to copy from or into.
+  torch::Tensor in(const torch::Tensor& tensor, int rank, bool held = false) const {
+    auto unfolded = held ? held_shape() : whole_shape;
+    const std::int64_t part = unfolded[static_cast<std::size_t>(dim)] / packed;
+    unfolded[static_cast<std::size_t>(dim)] = part;
+    unfolded.insert(unfolded.begin() + dim, packed);
+    const std::int64_t share = held ? part : part / ranks;
+    return tensor.view(unfolded).narrow(dim + 1, rank * share, share);
+  }
+};
+
 class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
  protected:
   std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
@@ -160,9 +184,9 @@ class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
         out.push_back(p);
         continue;
       }
-      const auto& [dim, whole_shape] = found->second;
-      auto whole = torch::zeros(whole_shape, p.options());
-      whole.narrow(dim, rank * p.size(dim), p.size(dim)).copy_(p);
+      const Share& share = found->second;
+      auto whole = torch::zeros(share.whole_shape, p.options());
+      share.in(whole, rank).copy_(share.in(p, 0, /*held=*/true));
       group_->allreduce(whole, "tp: gathering the trained parameters");
       out.push_back(whole);
     }
@@ -192,21 +216,22 @@ class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
   void shard_planned_layers() {
     torch::NoGradGuard no_grad;
     const int t = group_->size(), rank = group_->rank();
-    const auto keep_share = [&](torch::Tensor& p, std::int64_t dim) {
-      shards_[p.unsafeGetTensorImpl()] = {dim, p.sizes().vec()};
-      const std::int64_t share = p.size(dim) / t;
-      p.set_data(p.narrow(dim, rank * share, share).clone());
+    const auto keep_share = [&](torch::Tensor& p, std::int64_t dim, std::int64_t packed) {
+      const Share share{dim, packed, t, p.sizes().vec()};
+      p.set_data(share.in(p, rank).clone(at::MemoryFormat::Contiguous).view(share.held_shape()));
+      shards_[p.unsafeGetTensorImpl()] = share;
     };
     for (const auto& planned : model_->tensor_parallel_plan()) {
       auto& layer = *planned.layer;
       const auto why = TensorParallelLayerShape{planned.name, planned.split, layer.options.in_features(),
-                                                layer.options.out_features()}.why_not_split(t);
+                                                layer.options.out_features(), planned.packed, planned.granule}
+                           .why_not_split(t);
       if (!why.empty()) throw CaseFailure("tp: " + why);
       if (planned.split == TensorParallelSplit::Column) {
-        keep_share(layer.weight, 0);
-        if (layer.bias.defined() && layer.bias.numel() > 0) keep_share(layer.bias, 0);
+        keep_share(layer.weight, 0, planned.packed);
+        if (layer.bias.defined() && layer.bias.numel() > 0) keep_share(layer.bias, 0, planned.packed);
       } else {
-        keep_share(layer.weight, 1);
+        keep_share(layer.weight, 1, planned.packed);
       }
       held_[&layer] = planned.split;
     }
@@ -232,8 +257,7 @@ class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
   c10::Device device_{c10::kCPU};
   ModelPtr model_;
   std::unordered_map<const torch::nn::LinearImpl*, TensorParallelSplit> held_;
-  // A sharded parameter's dimension and whole shape, by its TensorImpl.
-  std::unordered_map<const void*, std::pair<std::int64_t, std::vector<std::int64_t>>> shards_;
+  std::unordered_map<const void*, Share> shards_;  // each split parameter's, by its TensorImpl
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   Precision precision_ = Precision::Fp32;
   LossScaler scaler_{Precision::Fp32};

@@ -62,13 +62,28 @@ class Block final : public torch::nn::Module {
     init_linear(mlp_proj, residual_std);
   }
 
-  torch::Tensor forward(const torch::Tensor& x) {
-    const auto batch = x.size(0), tokens = x.size(1);
-    auto qkv = c_attn->forward(ln_1->forward(x)).split(width_, /*dim=*/2);
-    auto heads = [&](const torch::Tensor& t) { return t.view({batch, tokens, heads_, width_ / heads_}).transpose(1, 2); };
+  // Each linear layer through `model`'s call_linear, so that tp can run it on its share. Under tp
+  // c_attn gives this rank's heads of Q, K and V (its plan below), so the widths are read from it.
+  torch::Tensor forward(const torch::Tensor& x, WorkloadModel& model) {
+    const auto batch = x.size(0), tokens = x.size(1), head_width = width_ / heads_;
+    auto packed = model.call_linear(*c_attn, ln_1->forward(x));
+    const auto width = packed.size(2) / 3;  // width_, or this rank's heads' under tp
+    auto qkv = packed.split(width, /*dim=*/2);
+    auto heads = [&](const torch::Tensor& t) { return t.view({batch, tokens, width / head_width, head_width}).transpose(1, 2); };
     auto attended = compat::causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
-    auto h = x + attn_proj->forward(attended.transpose(1, 2).contiguous().view({batch, tokens, width_}));
-    return h + mlp_proj->forward(torch::gelu(c_fc->forward(ln_2->forward(h)), "tanh"));
+    auto h = x + model.call_linear(*attn_proj, attended.transpose(1, 2).contiguous().view({batch, tokens, width}));
+    return h + model.call_linear(*mlp_proj, torch::gelu(model.call_linear(*c_fc, ln_2->forward(h)), "tanh"));
+  }
+
+  // Megatron's plan for a block: attention by heads (c_attn's Q, K and V by columns, whole heads a
+  // rank; the output projection by rows), the MLP's first layer by columns and its second by rows;
+  // the LayerNorms whole.
+  void add_tensor_parallel_plan(const std::string& block, std::vector<TensorParallelLayer>& plan) {
+    using S = TensorParallelSplit;
+    plan.push_back({block + ".c_attn", c_attn.ptr(), S::Column, /*packed=*/3, /*granule=*/width_ / heads_});
+    plan.push_back({block + ".attn_proj", attn_proj.ptr(), S::Row, 1, width_ / heads_});
+    plan.push_back({block + ".c_fc", c_fc.ptr(), S::Column});
+    plan.push_back({block + ".mlp_proj", mlp_proj.ptr(), S::Row});
   }
 
  private:
@@ -117,6 +132,14 @@ class Gpt2Model final : public WorkloadModel {
     for (std::size_t i = 0; i < blocks.size(); ++i) units.push_back({"h" + std::to_string(i), blocks[i]->parameters()});
     return units;
   }
+  // Each block's attention and MLP split as Megatron splits them. The embeddings, the last
+  // LayerNorm and the tied output projection are held whole on every rank for now (the
+  // vocabulary-parallel embedding and loss are not built: issue 45).
+  std::vector<TensorParallelLayer> tensor_parallel_plan() override {
+    std::vector<TensorParallelLayer> plan;
+    for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i]->add_tensor_parallel_plan("h" + std::to_string(i), plan);
+    return plan;
+  }
   const torch::Tensor& output_weight() const { return wte->weight; }
   const Gpt2Size& size() const { return size_; }
 
@@ -124,7 +147,7 @@ class Gpt2Model final : public WorkloadModel {
   torch::Tensor chain_head(const torch::Tensor& input) override {
     return wte->forward(input) + wpe->forward(torch::arange(input.size(1), input.options())).unsqueeze(0);
   }
-  torch::Tensor chain_unit(std::size_t i, const torch::Tensor& h) override { return blocks[i]->forward(h); }
+  torch::Tensor chain_unit(std::size_t i, const torch::Tensor& h) override { return blocks[i]->forward(h, *this); }
   // Tied output projection: the token embedding's own weight, so one parameter gets both gradients.
   torch::Tensor chain_tail(const torch::Tensor& h) override { return torch::matmul(ln_f->forward(h), wte->weight.t()); }
 

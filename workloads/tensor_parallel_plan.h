@@ -21,11 +21,16 @@ namespace ddpbench {
 enum class TensorParallelSplit { Column, Row };
 const char* to_string(TensorParallelSplit split);  // "column", "row"
 
-// One planned layer: its name in the model (fc2, h.3.mlp.c_fc), the layer, how it is split.
+// One planned layer: its name in the model (fc2, h3.c_attn), the layer, how it is split, and how its
+// split features are laid out: `packed` equal parts side by side, each split over the ranks alike
+// (attention's fused Q, K and V: 3), in whole groups of `granule` features (a head's width: a rank
+// holds whole heads).
 struct TensorParallelLayer {
   std::string name;
   std::shared_ptr<torch::nn::LinearImpl> layer;
   TensorParallelSplit split = TensorParallelSplit::Column;
+  std::int64_t packed = 1;
+  std::int64_t granule = 1;
 };
 
 // A planned layer's shape, for checks that need no model (WorkloadFacts): whether t ranks split it.
@@ -34,8 +39,10 @@ struct TensorParallelLayerShape {
   TensorParallelSplit split = TensorParallelSplit::Column;
   std::int64_t in_features = 0;
   std::int64_t out_features = 0;
+  std::int64_t packed = 1;
+  std::int64_t granule = 1;
   // The features the split divides (out for column, in for row), and why `ranks` cannot split
-  // them evenly, or empty.
+  // them evenly (each packed part into whole granules), or empty.
   std::int64_t split_features() const { return split == TensorParallelSplit::Column ? out_features : in_features; }
   std::string why_not_split(int ranks) const;
 };

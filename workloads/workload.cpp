@@ -51,10 +51,13 @@ const char* to_string(TensorParallelSplit split) { return split == TensorParalle
 
 std::string TensorParallelLayerShape::why_not_split(int ranks) const {
   const std::int64_t features = split_features();
-  if (ranks > 0 && features % ranks == 0) return "";
-  return name + "'s " + std::to_string(features) + (split == TensorParallelSplit::Column ? " outputs" : " inputs") +
-         " (split by " + (split == TensorParallelSplit::Column ? "columns" : "rows") + ") do not divide among " +
-         std::to_string(ranks) + " ranks";
+  const std::int64_t part = packed > 0 ? features / packed : features;
+  if (ranks > 0 && packed > 0 && granule > 0 && features % packed == 0 && part % (granule * ranks) == 0) return "";
+  std::string what = std::to_string(features) + (split == TensorParallelSplit::Column ? " outputs" : " inputs");
+  if (packed > 1) what += " (" + std::to_string(packed) + " packed parts of " + std::to_string(part) + ")";
+  if (granule > 1) what += " in groups of " + std::to_string(granule);
+  return name + "'s " + what + " (split by " + (split == TensorParallelSplit::Column ? "columns" : "rows") +
+         ") do not divide among " + std::to_string(ranks) + " ranks";
 }
 
 torch::Tensor WorkloadModel::call_linear(torch::nn::LinearImpl& layer, const torch::Tensor& x) {
@@ -194,7 +197,8 @@ WorkloadFacts Workload::facts() const {
   f.chain_length = model->chain_length();
   if (f.chain_length == 0) f.chain_refusal = model->chain_refusal();
   for (const auto& l : model->tensor_parallel_plan()) {
-    f.tensor_parallel_layers.push_back({l.name, l.split, l.layer->options.in_features(), l.layer->options.out_features()});
+    f.tensor_parallel_layers.push_back(
+        {l.name, l.split, l.layer->options.in_features(), l.layer->options.out_features(), l.packed, l.granule});
   }
   if (f.tensor_parallel_layers.empty()) f.tensor_parallel_refusal = model->tensor_parallel_refusal();
   return f;

@@ -80,6 +80,9 @@ class WorkloadModel : public torch::nn::Module {
   // Installed by tp for as long as it runs the model; nothing by default, and then call_linear costs
   // one null test.
   void set_linear_hooks(LinearCallHooks* hooks) { linear_hooks_ = hooks; }
+  // layer.forward(x), or what the installed linear hooks run in its place. Public, for the
+  // submodules a model's forward runs (gpt2's blocks) to call.
+  torch::Tensor call_linear(torch::nn::LinearImpl& layer, const torch::Tensor& x);
 
   // The model as a chain, what a pipeline cuts between stages: input -> chain_head -> unit 0 -> ...
   // -> unit n-1 -> chain_tail -> output, unit i being wrap_units()[i]'s computation. A chain model
@@ -115,8 +118,6 @@ class WorkloadModel : public torch::nn::Module {
     unit_hooks_->before_unit(unit);
     return unit_hooks_->after_unit(unit, body());
   }
-  // layer.forward(x), or what the installed linear hooks run in its place.
-  torch::Tensor call_linear(torch::nn::LinearImpl& layer, const torch::Tensor& x);
 
  private:
   UnitCallHooks* unit_hooks_ = nullptr;

@@ -1,7 +1,8 @@
 // tp: whole runs of real rank processes. Parity with single in float64 at world 2 and 4 on mlp
-// (split by columns, rows, columns, rows); each rank's parameters, gradients and optimizer state
-// its shares of the split layers and the whole of the rest, to the byte; the bytes all-reduced a
-// step against Megatron's count, timed as comm_exposed; what tp cannot split, skipped saying why.
+// (split by columns, rows, columns, rows) and gpt2 (attention by heads, the MLP by columns then
+// rows); each rank's parameters (mlp: gradients and optimizer state too) its shares of the split
+// layers and the whole of the rest, to the byte; the bytes all-reduced a step against Megatron's
+// count, timed as comm_exposed; what tp cannot split, skipped saying why.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -71,6 +72,39 @@ TEST_P(TpWorld, MatchesSingleHoldsItsSharesAndAllReducesWhatMegatronCounts) {
 INSTANTIATE_TEST_SUITE_P(Worlds, TpWorld, ::testing::Values(2, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
+// gpt2 at a test's size (--gpt2-size 2:4:64:512: 2 blocks, 4 heads of 16, width 64, vocabulary 512;
+// 8 tokens a sample): each block's attention by heads and its MLP by columns then rows, the
+// embeddings, LayerNorms and the tied output projection whole.
+class TpGpt2 : public ::testing::TestWithParam<int> {};
+
+TEST_P(TpGpt2, AttentionByHeadsAndTheMlpMatchSingleHoldTheirSharesAndAllReduceFourTimesABlock) {
+  const int t = GetParam();
+  ScratchDir dir;
+  const auto r = run_process(tp_run(dir.file("r.json"), {"--strategy", "tp", "--world-size", std::to_string(t),
+                                                         "--workload", "gpt2", "--gpt2-size", "2:4:64:512", "--seq-len",
+                                                         "8", "--batch", "2", "--dataset-size", "8", "--parity-steps", "2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const auto* c = find_case(doc, "gpt2/tp/world:" + std::to_string(t));
+  ASSERT_NE(c, nullptr);
+  const auto& d = (*c)["ddpbench"];
+  ASSERT_EQ(d["status"], "ok") << d["reason"];
+  EXPECT_LE(d["parity"]["max_rel_param_diff"].get<double>(), 1e-9);
+  EXPECT_TRUE(d["parity"]["within_tolerance"].get<bool>());
+  const std::int64_t w = 64, whole = 512 * w + 1024 * w + 2 * w;
+  // A block: two LayerNorms, the row layers' biases whole; c_attn (Q, K, V), attn_proj, c_fc and
+  // mlp_proj split.
+  const std::int64_t block = 4 * w + 2 * w + (w * 3 * w + 3 * w + w * w + w * 4 * w + 4 * w + 4 * w * w) / t;
+  for (const auto& m : d["memory"]) EXPECT_EQ(m["parameter_bytes"].get<std::int64_t>(), (whole + 2 * block) * 4) << m.dump();
+  // Forward: attn_proj's and mlp_proj's partial sums; backward: c_attn's and c_fc's input
+  // gradients. Four all-reduces of [2, 8, 64] floats a block.
+  EXPECT_EQ(d["comm"]["buckets"].get<int>(), 4 * 2) << d["comm"].dump();
+  EXPECT_EQ(d["comm"]["bytes_per_step"].get<std::int64_t>(), 4LL * 2 * (2 * 8 * w) * 4) << d["comm"].dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, TpGpt2, ::testing::Values(2, 4),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
 TEST(TpRun, SkipsWhatItCannotSplitSayingWhy) {
   ScratchDir dir;
   // mlp at world 3: fc1's 1024 outputs do not split three ways. transformer: no plan.
@@ -85,6 +119,16 @@ TEST(TpRun, SkipsWhatItCannotSplitSayingWhy) {
   ASSERT_NE(transformer, nullptr);
   EXPECT_EQ((*transformer)["ddpbench"]["status"], "skipped");
   EXPECT_TRUE(testing::skipped_as_unsplittable((*transformer)["ddpbench"]));
+  // gpt2's 4 heads at world 3: Q, K and V are each 64 features, but a rank holds whole heads of 16.
+  const auto g = run_process(tp_run(dir.file("g.json"), {"--strategy", "tp", "--world-size", "3", "--workload", "gpt2",
+                                                         "--gpt2-size", "2:4:64:512", "--seq-len", "8", "--batch", "3"}));
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  const json gpt2_doc = json::parse(read_text(dir.file("g.json")));
+  const auto* gpt2 = find_case(gpt2_doc, "gpt2/tp/world:3");
+  ASSERT_NE(gpt2, nullptr);
+  EXPECT_EQ((*gpt2)["ddpbench"]["reason"],
+            "tp: gpt2: h0.c_attn's 192 outputs (3 packed parts of 64) in groups of 16 (split by columns) do not divide "
+            "among 3 ranks (--world-size)");
 }
 
 }  // namespace
