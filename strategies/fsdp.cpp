@@ -47,21 +47,16 @@ class FsdpStrategy final : public Strategy, private UnitCallHooks {
   std::optional<c10::Device> do_batch_device() const override { return device_; }
 
   void do_setup(const StrategySetup& setup) override {
-    if (setup.process_group == nullptr) throw std::logic_error("fsdp runs only inside a rank process");
-    group_ = setup.process_group;
+    auto placed = place_model_on_rank(setup, "fsdp");
+    group_ = placed.group;
+    device_ = placed.device;
+    model_ = placed.model;
+    buffers_ = std::move(placed.buffers);
     workload_ = &setup.workload;
     global_batch_ = setup.spec.global_batch;
-    device_ = setup.devices.device(group_->local_rank());
-    model_ = setup.model;
-    model_->to(device_);
-    model_->train();
-    std::vector<torch::Tensor> state = model_->distinct_parameters();
     // Frozen parameters stay whole on every rank, as buffers do: they have no gradient to
     // reduce-scatter (FSDP2 would shard them too; docs/sharded.md says what that leaves out).
     const auto parameters = model_->trainable_parameters();
-    buffers_ = model_->distinct_buffers();
-    state.insert(state.end(), buffers_.begin(), buffers_.end());
-    start_from_rank0_state(state, *group_, "fsdp");
 
     ShardedUnitOptions options;
     options.reshard_after_forward = setup.options.fsdp.reshard_after_forward;

@@ -104,25 +104,18 @@ class PipelineStrategy final : public Strategy {
   std::optional<c10::Device> do_batch_device() const override { return device_; }
 
   void do_setup(const StrategySetup& setup) override {
-    if (setup.process_group == nullptr) throw std::logic_error("pp runs only inside a rank process");
-    group_ = setup.process_group;
+    auto placed = place_model_on_rank(setup, "pp");
+    group_ = placed.group;
+    device_ = placed.device;
+    model_ = placed.model;
     workload_ = &setup.workload;
     global_batch_ = setup.spec.global_batch;
-    device_ = setup.devices.device(group_->local_rank());
-    model_ = setup.model;
-    model_->to(device_);
-    model_->train();
     schedule_ = setup.options.pipeline.schedule;
     shape_ = shape_for(setup.spec, setup.options.pipeline);
     if (auto why = pipeline::invalid_shape(schedule_, shape_)) throw CaseFailure("pp: " + *why);
     actions_ = pipeline::rank_actions(schedule_, shape_, group_->rank());
     precision_ = setup.precision;
     scaler_ = LossScaler(precision_);
-
-    auto state = model_->distinct_parameters();
-    const auto buffers = model_->distinct_buffers();
-    state.insert(state.end(), buffers.begin(), buffers.end());
-    start_from_rank0_state(state, *group_, "pp");
     // Cut while every rank still holds the whole model: profiling runs every unit.
     plan_ = plan_stages(*model_, *workload_, setup.options.pipeline, shape_.stages(), global_batch_ / shape_.microbatches,
                         device_, precision_, *group_);

@@ -61,6 +61,21 @@ void agree_on_overflow(const std::vector<torch::Tensor>& shards, const c10::Devi
   }
 }
 
+RankModel place_model_on_rank(const StrategySetup& setup, const std::string& strategy) {
+  if (setup.process_group == nullptr) throw std::logic_error(strategy + " runs only inside a rank process");
+  RankModel out;
+  out.group = setup.process_group;
+  out.device = setup.devices.device(out.group->local_rank());
+  out.model = setup.model;
+  out.model->to(out.device);
+  out.model->train();
+  std::vector<torch::Tensor> state = out.model->distinct_parameters();
+  out.buffers = out.model->distinct_buffers();
+  state.insert(state.end(), out.buffers.begin(), out.buffers.end());
+  start_from_rank0_state(state, *out.group, strategy);
+  return out;
+}
+
 RankForward rank_forward(const Batch& batch, const Workload& workload, WorkloadModel& model, const c10::Device& device,
                          ProcessGroupContext& group, const std::vector<torch::Tensor>& broadcast_buffers,
                          Precision precision, std::int64_t global_batch, PhaseRecorder& phases) {

@@ -1,7 +1,7 @@
 #pragma once
-// What every multi-process data-parallel strategy (ddp, zero1, zero2) does alike: before its first
-// step, check that all ranks built or loaded the same weights and give every rank rank 0's
-// parameters and buffers; in each step, the forward half.
+// What every strategy whose ranks are processes does alike: before its first step, check that all
+// ranks built or loaded the same weights and give every rank rank 0's parameters and buffers; in
+// each step of the data-parallel ones (ddp, zero1, zero2; tp on the whole batch), the forward half.
 #include <torch/types.h>
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 
 #include "data/data_loader.h"
 #include "devices/precision.h"
+#include "strategies/strategy.h"
 #include "timing/phase_recorder.h"
 #include "workloads/workload.h"
 
@@ -22,6 +23,17 @@ class ProcessGroupContext;
 // broadcasts rank 0's `state` over every rank's.
 void start_from_rank0_state(const std::vector<torch::Tensor>& state, ProcessGroupContext& group,
                             const std::string& strategy);
+
+// What a rank-process strategy's setup begins with (fsdp, zero1, zero2, pp, tp): its process group
+// (std::logic_error naming `strategy` outside a rank process), its device, the model moved there
+// in training mode and started from rank 0's parameters and buffers (start_from_rank0_state).
+struct RankModel {
+  ProcessGroupContext* group = nullptr;
+  c10::Device device{c10::kCPU};
+  ModelPtr model;
+  std::vector<torch::Tensor> buffers;  // the model's distinct buffers, as broadcast
+};
+RankModel place_model_on_rank(const StrategySetup& setup, const std::string& strategy);
 
 // The sharded strategies under fp16: each rank sees only its chunks' gradients (`shard_grads`), so
 // ranks could disagree on whether the step overflowed and skip differently. One flag is summed over

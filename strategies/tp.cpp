@@ -10,7 +10,6 @@
 // comm_exposed, inside forward and backward.
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/functional/linear.h>
-#include <torch/nn/modules/linear.h>
 
 #include <chrono>
 #include <unordered_map>
@@ -132,19 +131,13 @@ class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
   std::optional<c10::Device> do_batch_device() const override { return device_; }
 
   void do_setup(const StrategySetup& setup) override {
-    if (setup.process_group == nullptr) throw std::logic_error("tp runs only inside a rank process");
-    group_ = setup.process_group;
+    auto placed = place_model_on_rank(setup, "tp");
+    group_ = placed.group;
+    device_ = placed.device;
+    model_ = placed.model;
     tp_.attach(group_);
     workload_ = &setup.workload;
     global_batch_ = setup.spec.global_batch;
-    device_ = setup.devices.device(group_->local_rank());
-    model_ = setup.model;
-    model_->to(device_);
-    model_->train();
-    std::vector<torch::Tensor> state = model_->distinct_parameters();
-    const auto buffers = model_->distinct_buffers();
-    state.insert(state.end(), buffers.begin(), buffers.end());
-    start_from_rank0_state(state, *group_, "tp");
     shard_planned_layers();
     model_->set_linear_hooks(this);
     optimizer_ = setup.make_optimizer(model_->trainable_parameters());
@@ -221,33 +214,33 @@ class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
       p.set_data(share.in(p, rank).clone(at::MemoryFormat::Contiguous).view(share.held_shape()));
       shards_[p.unsafeGetTensorImpl()] = share;
     };
-    for (const auto& planned : model_->tensor_parallel_plan()) {
-      auto& layer = *planned.layer;
-      const auto why = TensorParallelLayerShape{planned.name, planned.split, layer.options.in_features(),
-                                                layer.options.out_features(), planned.packed, planned.granule}
+    for (auto planned : model_->tensor_parallel_plan()) {
+      const auto why = TensorParallelLayerShape{planned.name, planned.split, planned.weight.size(1),
+                                                planned.weight.size(0), planned.packed, planned.granule}
                            .why_not_split(t);
       if (!why.empty()) throw CaseFailure("tp: " + why);
+      // set_data keeps each tensor's identity: the model's own members now hold the shares.
       if (planned.split == TensorParallelSplit::Column) {
-        keep_share(layer.weight, 0, planned.packed);
-        if (layer.bias.defined() && layer.bias.numel() > 0) keep_share(layer.bias, 0, planned.packed);
+        keep_share(planned.weight, 0, planned.packed);
+        if (planned.bias.defined() && planned.bias.numel() > 0) keep_share(planned.bias, 0, planned.packed);
       } else {
-        keep_share(layer.weight, 1, planned.packed);
+        keep_share(planned.weight, 1, planned.packed);
       }
-      held_[&layer] = planned.split;
+      held_[planned.weight.unsafeGetTensorImpl()] = planned.split;
     }
   }
 
-  torch::Tensor linear(torch::nn::LinearImpl& layer, const torch::Tensor& x) override {
-    const auto found = held_.find(&layer);
-    if (found == held_.end()) return layer.forward(x);
-    const bool has_bias = layer.bias.defined() && layer.bias.numel() > 0;
+  torch::Tensor linear(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& x) override {
+    const auto found = held_.find(weight.unsafeGetTensorImpl());
+    if (found == held_.end()) return torch::nn::functional::linear(x, weight, bias);
+    const bool has_bias = bias.defined() && bias.numel() > 0;
     if (found->second == TensorParallelSplit::Column) {
       const auto input = x.requires_grad() ? CopyToTensorParallel::apply(x, &tp_) : x;
-      return torch::nn::functional::linear(input, layer.weight, has_bias ? layer.bias : torch::Tensor());
+      return torch::nn::functional::linear(input, weight, has_bias ? bias : torch::Tensor());
     }
-    auto partial = torch::nn::functional::linear(x, layer.weight);
+    auto partial = torch::nn::functional::linear(x, weight);
     auto whole = ReduceFromTensorParallel::apply(partial, &tp_);
-    return has_bias ? whole + layer.bias : whole;
+    return has_bias ? whole + bias : whole;
   }
 
   ProcessGroupContext* group_ = nullptr;
@@ -256,7 +249,7 @@ class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
   std::int64_t global_batch_ = 1;
   c10::Device device_{c10::kCPU};
   ModelPtr model_;
-  std::unordered_map<const torch::nn::LinearImpl*, TensorParallelSplit> held_;
+  std::unordered_map<const void*, TensorParallelSplit> held_;  // each planned layer's, by its weight's TensorImpl
   std::unordered_map<const void*, Share> shards_;  // each split parameter's, by its TensorImpl
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   Precision precision_ = Precision::Fp32;

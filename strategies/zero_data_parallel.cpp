@@ -22,18 +22,13 @@ class ZeroStrategy final : public Strategy {
   std::optional<c10::Device> do_batch_device() const override { return device_; }
 
   void do_setup(const StrategySetup& setup) override {
-    if (setup.process_group == nullptr) throw std::logic_error(name_ + " runs only inside a rank process");
-    group_ = setup.process_group;
+    auto placed = place_model_on_rank(setup, name_);
+    group_ = placed.group;
+    device_ = placed.device;
+    model_ = placed.model;
+    buffers_ = std::move(placed.buffers);
     workload_ = &setup.workload;
     global_batch_ = setup.spec.global_batch;
-    device_ = setup.devices.device(group_->local_rank());
-    model_ = setup.model;
-    model_->to(device_);
-    model_->train();
-    std::vector<torch::Tensor> state = model_->distinct_parameters();
-    buffers_ = model_->distinct_buffers();
-    state.insert(state.end(), buffers_.begin(), buffers_.end());
-    start_from_rank0_state(state, *group_, name_);
 
     ShardedBucketOptions buckets;
     buckets.caps = {setup.options.ddp.bucket_mb, std::min(1.0, setup.options.ddp.bucket_mb)};

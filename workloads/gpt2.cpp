@@ -80,10 +80,10 @@ class Block final : public torch::nn::Module {
   // the LayerNorms whole.
   void add_tensor_parallel_plan(const std::string& block, std::vector<TensorParallelLayer>& plan) {
     using S = TensorParallelSplit;
-    plan.push_back({block + ".c_attn", c_attn.ptr(), S::Column, /*packed=*/3, /*granule=*/width_ / heads_});
-    plan.push_back({block + ".attn_proj", attn_proj.ptr(), S::Row, 1, width_ / heads_});
-    plan.push_back({block + ".c_fc", c_fc.ptr(), S::Column});
-    plan.push_back({block + ".mlp_proj", mlp_proj.ptr(), S::Row});
+    plan.push_back(planned_linear(block + ".c_attn", *c_attn, S::Column, /*packed=*/3, /*granule=*/width_ / heads_));
+    plan.push_back(planned_linear(block + ".attn_proj", *attn_proj, S::Row, 1, width_ / heads_));
+    plan.push_back(planned_linear(block + ".c_fc", *c_fc, S::Column));
+    plan.push_back(planned_linear(block + ".mlp_proj", *mlp_proj, S::Row));
   }
 
  private:

@@ -30,7 +30,8 @@ class MlpModel final : public DefaultConstructedModel<MlpModel> {
   // partial sums one all-reduce completes; fc3 and fc4 the same.
   std::vector<TensorParallelLayer> tensor_parallel_plan() override {
     using S = TensorParallelSplit;
-    return {{"fc1", fc1.ptr(), S::Column}, {"fc2", fc2.ptr(), S::Row}, {"fc3", fc3.ptr(), S::Column}, {"fc4", fc4.ptr(), S::Row}};
+    return {planned_linear("fc1", *fc1, S::Column), planned_linear("fc2", *fc2, S::Row),
+            planned_linear("fc3", *fc3, S::Column), planned_linear("fc4", *fc4, S::Row)};
   }
 
  protected:

@@ -21,17 +21,23 @@ namespace ddpbench {
 enum class TensorParallelSplit { Column, Row };
 const char* to_string(TensorParallelSplit split);  // "column", "row"
 
-// One planned layer: its name in the model (fc2, h3.c_attn), the layer, how it is split, and how its
-// split features are laid out: `packed` equal parts side by side, each split over the ranks alike
-// (attention's fused Q, K and V: 3), in whole groups of `granule` features (a head's width: a rank
-// holds whole heads).
+// One planned layer: its name in the model (fc2, h3.c_attn), its weight [out, in] and bias ([out],
+// or undefined), how it is split, and how its split features are laid out: `packed` equal parts side
+// by side, each split over the ranks alike (attention's fused Q, K and V: 3), in whole groups of
+// `granule` features (a head's width: a rank holds whole heads). A layer is named by its tensors,
+// not by a torch::nn::Linear, so a fused projection held as bare parameters (MultiheadAttention's
+// in_proj_weight) can be planned too.
 struct TensorParallelLayer {
   std::string name;
-  std::shared_ptr<torch::nn::LinearImpl> layer;
+  torch::Tensor weight;
+  torch::Tensor bias;
   TensorParallelSplit split = TensorParallelSplit::Column;
   std::int64_t packed = 1;
   std::int64_t granule = 1;
 };
+// A torch::nn::Linear's entry in a plan.
+TensorParallelLayer planned_linear(std::string name, torch::nn::LinearImpl& layer, TensorParallelSplit split,
+                                   std::int64_t packed = 1, std::int64_t granule = 1);
 
 // A planned layer's shape, for checks that need no model (WorkloadFacts): whether t ranks split it.
 struct TensorParallelLayerShape {
@@ -49,11 +55,11 @@ struct TensorParallelLayerShape {
 
 // What a strategy does in place of a planned linear layer's forward (LibTorch's C++ modules have no
 // forward hooks): tp runs the layer on its shard of the weight, with the group's communication
-// around it. Layers outside the plan run as they are.
+// around it. Layers outside the plan run as they are: x Wᵀ + b.
 class LinearCallHooks {
  public:
   virtual ~LinearCallHooks() = default;
-  virtual torch::Tensor linear(torch::nn::LinearImpl& layer, const torch::Tensor& x) = 0;
+  virtual torch::Tensor linear(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& x) = 0;
 };
 
 }  // namespace ddpbench

@@ -5,6 +5,7 @@
 #include <torch/nn/modules/transformerlayer.h>
 #include <torch/optim/adamw.h>
 
+#include <cmath>
 #include <limits>
 
 #include "optim/optimizers.h"
@@ -44,6 +45,23 @@ class TransformerModel final : public DefaultConstructedModel<TransformerModel> 
     return p;
   }
   std::vector<torch::Tensor> chain_tail_parameters() override { return head->parameters(); }
+  // Megatron's plan for each encoder layer: attention by heads (the fused Q, K, V projection by
+  // columns, whole heads a rank; the output projection by rows), the feed-forward by columns then
+  // rows; the LayerNorms, embeddings and head whole.
+  std::vector<TensorParallelLayer> tensor_parallel_plan() override {
+    using S = TensorParallelSplit;
+    std::vector<TensorParallelLayer> plan;
+    for (std::size_t i = 0; i < encoder->layers->size(); ++i) {
+      auto& layer = encoder->layers->at<torch::nn::TransformerEncoderLayerImpl>(i);
+      const std::string name = "layer" + std::to_string(i);
+      plan.push_back({name + ".self_attn.in_proj", layer.self_attn->in_proj_weight, layer.self_attn->in_proj_bias,
+                      S::Column, /*packed=*/3, /*granule=*/kEmbed / kHeads});
+      plan.push_back(planned_linear(name + ".self_attn.out_proj", *layer.self_attn->out_proj, S::Row, 1, kEmbed / kHeads));
+      plan.push_back(planned_linear(name + ".linear1", *layer.linear1, S::Column));
+      plan.push_back(planned_linear(name + ".linear2", *layer.linear2, S::Row));
+    }
+    return plan;
+  }
   // Each encoder layer a unit; the embeddings and the head are the root's.
   std::vector<WrapUnit> wrap_units() override {
     std::vector<WrapUnit> units;
@@ -57,11 +75,29 @@ class TransformerModel final : public DefaultConstructedModel<TransformerModel> 
     auto pos = torch::arange(input.size(1), input.options());
     return (tokens->forward(input) + positions->forward(pos).unsqueeze(0)).transpose(0, 1);
   }
+  // LibTorch's TransformerEncoderLayer::forward written out as the same function (post-norm, ReLU,
+  // MultiheadAttention as F::multi_head_attention_forward computes it on one tensor for query, key
+  // and value: one fused projection chunked in three, queries scaled by 1/sqrt(head width), scores
+  // plus the mask, softmax, the weighted sum, the output projection), on the layer's own
+  // parameters, so that its four projections go through call_linear and tp can split them (by
+  // heads, then by columns and rows). Dropout is off, so it has no place here. A test holds it to
+  // the layer's own forward.
   torch::Tensor chain_unit(std::size_t i, const torch::Tensor& h) override {
     // The causal mask from the sequence length: a stage of a pipeline gets the hidden state alone.
-    const auto seq = h.size(0);
+    const auto seq = h.size(0), batch = h.size(1), head_width = kEmbed / kHeads;
     auto mask = torch::full({seq, seq}, -std::numeric_limits<float>::infinity(), h.options()).triu(1);
-    return encoder->layers->at<torch::nn::TransformerEncoderLayerImpl>(i).forward(h, mask);
+    auto& layer = encoder->layers->at<torch::nn::TransformerEncoderLayerImpl>(i);
+    auto& attention = *layer.self_attn;
+    auto qkv = call_linear(attention.in_proj_weight, attention.in_proj_bias, h).chunk(3, -1);
+    const auto width = qkv[0].size(2);  // kEmbed, or this rank's heads' under tp
+    const auto heads = [&](const torch::Tensor& t) {
+      return t.contiguous().view({seq, batch * (width / head_width), head_width}).transpose(0, 1);
+    };
+    auto q = heads(qkv[0] * (1 / std::sqrt(static_cast<double>(head_width)))), k = heads(qkv[1]), v = heads(qkv[2]);
+    auto weights = torch::softmax(torch::bmm(q, k.transpose(1, 2)) + mask.unsqueeze(0), -1);
+    auto attended = torch::bmm(weights, v).transpose(0, 1).contiguous().view({seq, batch, width});
+    auto x = layer.norm1(h + call_linear(*attention.out_proj, attended));
+    return layer.norm2(x + call_linear(*layer.linear2, torch::relu(call_linear(*layer.linear1, x))));
   }
   torch::Tensor chain_tail(const torch::Tensor& h) override { return head->forward(h.transpose(0, 1)); }
 

@@ -1,6 +1,7 @@
 #include "workloads/workload.h"
 
 #include <torch/nn/functional/loss.h>
+#include <torch/nn/functional/linear.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
@@ -60,8 +61,17 @@ std::string TensorParallelLayerShape::why_not_split(int ranks) const {
          ") do not divide among " + std::to_string(ranks) + " ranks";
 }
 
+TensorParallelLayer planned_linear(std::string name, torch::nn::LinearImpl& layer, TensorParallelSplit split,
+                                   std::int64_t packed, std::int64_t granule) {
+  return {std::move(name), layer.weight, layer.bias, split, packed, granule};
+}
+
 torch::Tensor WorkloadModel::call_linear(torch::nn::LinearImpl& layer, const torch::Tensor& x) {
-  return linear_hooks_ == nullptr ? layer.forward(x) : linear_hooks_->linear(layer, x);
+  return call_linear(layer.weight, layer.bias, x);
+}
+
+torch::Tensor WorkloadModel::call_linear(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& x) {
+  return linear_hooks_ == nullptr ? torch::nn::functional::linear(x, weight, bias) : linear_hooks_->linear(weight, bias, x);
 }
 
 torch::Tensor WorkloadModel::chain_unit(std::size_t, const torch::Tensor&) {
@@ -197,8 +207,7 @@ WorkloadFacts Workload::facts() const {
   f.chain_length = model->chain_length();
   if (f.chain_length == 0) f.chain_refusal = model->chain_refusal();
   for (const auto& l : model->tensor_parallel_plan()) {
-    f.tensor_parallel_layers.push_back(
-        {l.name, l.split, l.layer->options.in_features(), l.layer->options.out_features(), l.packed, l.granule});
+    f.tensor_parallel_layers.push_back({l.name, l.split, l.weight.size(1), l.weight.size(0), l.packed, l.granule});
   }
   if (f.tensor_parallel_layers.empty()) f.tensor_parallel_refusal = model->tensor_parallel_refusal();
   return f;

@@ -80,9 +80,10 @@ class WorkloadModel : public torch::nn::Module {
   // Installed by tp for as long as it runs the model; nothing by default, and then call_linear costs
   // one null test.
   void set_linear_hooks(LinearCallHooks* hooks) { linear_hooks_ = hooks; }
-  // layer.forward(x), or what the installed linear hooks run in its place. Public, for the
-  // submodules a model's forward runs (gpt2's blocks) to call.
+  // x Wᵀ + b (layer.forward(x)), or what the installed linear hooks run in its place. Public, for
+  // the submodules a model's forward runs (gpt2's blocks) to call.
   torch::Tensor call_linear(torch::nn::LinearImpl& layer, const torch::Tensor& x);
+  torch::Tensor call_linear(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& x);
 
   // The model as a chain, what a pipeline cuts between stages: input -> chain_head -> unit 0 -> ...
   // -> unit n-1 -> chain_tail -> output, unit i being wrap_units()[i]'s computation. A chain model

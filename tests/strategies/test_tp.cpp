@@ -1,6 +1,6 @@
 // tp: whole runs of real rank processes. Parity with single in float64 at world 2 and 4 on mlp
-// (split by columns, rows, columns, rows) and gpt2 (attention by heads, the MLP by columns then
-// rows); each rank's parameters (mlp: gradients and optimizer state too) its shares of the split
+// (split by columns, rows, columns, rows), transformer and gpt2 (attention by heads, the MLP by
+// columns then rows); each rank's parameters (mlp: gradients and optimizer state too) its shares of the split
 // layers and the whole of the rest, to the byte; the bytes all-reduced a step against Megatron's
 // count, timed as comm_exposed; what tp cannot split, skipped saying why.
 #include <gtest/gtest.h>
@@ -105,20 +105,50 @@ TEST_P(TpGpt2, AttentionByHeadsAndTheMlpMatchSingleHoldTheirSharesAndAllReduceFo
 INSTANTIATE_TEST_SUITE_P(Worlds, TpGpt2, ::testing::Values(2, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
+// transformer: LibTorch's encoder layers written out (test_workloads.cpp holds them to the layers'
+// own forward), each layer's attention by heads and its feed-forward by columns then rows.
+class TpTransformer : public ::testing::TestWithParam<int> {};
+
+TEST_P(TpTransformer, AttentionByHeadsAndTheFeedForwardMatchSingleAndHoldTheirShares) {
+  const int t = GetParam();
+  ScratchDir dir;
+  const auto r = run_process(tp_run(dir.file("r.json"), {"--strategy", "tp", "--world-size", std::to_string(t),
+                                                         "--workload", "transformer", "--batch", "2", "--dataset-size",
+                                                         "8", "--parity-steps", "2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const auto* c = find_case(doc, "transformer/tp/world:" + std::to_string(t));
+  ASSERT_NE(c, nullptr);
+  const auto& d = (*c)["ddpbench"];
+  ASSERT_EQ(d["status"], "ok") << d["reason"];
+  EXPECT_LE(d["parity"]["max_rel_param_diff"].get<double>(), 1e-9);
+  EXPECT_TRUE(d["parity"]["within_tolerance"].get<bool>());
+  // Vocabulary 1000, width 128, 2 layers, feed-forward 512, 64 positions.
+  const std::int64_t e = 128, ff = 512, whole = 1000 * e + 64 * e + e * 1000 + 1000;
+  const std::int64_t layer = 4 * e + 2 * e + (3 * e * e + 3 * e + e * e + e * ff + ff + ff * e) / t;
+  for (const auto& m : d["memory"]) EXPECT_EQ(m["parameter_bytes"].get<std::int64_t>(), (whole + 2 * layer) * 4) << m.dump();
+  // Four all-reduces of [64, 2, 128] floats a layer.
+  EXPECT_EQ(d["comm"]["buckets"].get<int>(), 4 * 2) << d["comm"].dump();
+  EXPECT_EQ(d["comm"]["bytes_per_step"].get<std::int64_t>(), 4LL * 2 * (64 * 2 * e) * 4) << d["comm"].dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, TpTransformer, ::testing::Values(2, 4),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
 TEST(TpRun, SkipsWhatItCannotSplitSayingWhy) {
   ScratchDir dir;
-  // mlp at world 3: fc1's 1024 outputs do not split three ways. transformer: no plan.
+  // mlp at world 3: fc1's 1024 outputs do not split three ways. convnet: no plan.
   const auto r = run_process(tp_run(dir.file("r.json"), {"--strategy", "tp", "--world-size", "3", "--workload",
-                                                         "mlp,transformer"}));
+                                                         "mlp,convnet"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json doc = json::parse(read_text(dir.file("r.json")));
   const auto& mlp = tp_case(doc, 3);
   EXPECT_EQ(mlp["status"], "skipped");
   EXPECT_EQ(mlp["reason"], "tp: mlp: fc1's 1024 outputs (split by columns) do not divide among 3 ranks (--world-size)");
-  const auto* transformer = find_case(doc, "transformer/tp/world:3");
-  ASSERT_NE(transformer, nullptr);
-  EXPECT_EQ((*transformer)["ddpbench"]["status"], "skipped");
-  EXPECT_TRUE(testing::skipped_as_unsplittable((*transformer)["ddpbench"]));
+  const auto* convnet = find_case(doc, "convnet/tp/world:3");
+  ASSERT_NE(convnet, nullptr);
+  EXPECT_EQ((*convnet)["ddpbench"]["status"], "skipped");
+  EXPECT_TRUE(testing::skipped_as_unsplittable((*convnet)["ddpbench"]));
   // gpt2's 4 heads at world 3: Q, K and V are each 64 features, but a rank holds whole heads of 16.
   const auto g = run_process(tp_run(dir.file("g.json"), {"--strategy", "tp", "--world-size", "3", "--workload", "gpt2",
                                                          "--gpt2-size", "2:4:64:512", "--seq-len", "8", "--batch", "3"}));

@@ -2,9 +2,14 @@
 #include <torch/types.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/transformercoder.h>
+#include <torch/nn/modules/transformerlayer.h>
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "devices/counting_allocator.h"
@@ -283,6 +288,46 @@ TEST(Workloads, MlpMatchesItsFixedDefinition) {
   EXPECT_NEAR(data.inputs.std().item<double>(), 1.0, 0.01);
   EXPECT_EQ(data.targets.min().item<int64_t>(), 0);
   EXPECT_EQ(data.targets.max().item<int64_t>(), 9);
+}
+
+// transformer runs LibTorch's TransformerEncoderLayer written out as the same function, so that tp
+// can split its projections: forward, and every parameter's gradient, must be what the layers' own
+// forward gives, bit for bit, in float32 and float64.
+TEST(Workloads, TransformersWrittenOutLayersAreLibTorchsEncoderLayers) {
+  const auto& workload = WorkloadRegistry::instance().get("transformer");
+  const auto tokens = workload.make_dataset(3, 11).inputs;
+  for (const auto dtype : {torch::kFloat, torch::kDouble}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    torch::manual_seed(5);
+    const auto model = workload.make_model();
+    set_floating_dtype(*model, dtype);
+    const auto reference = clone_model(*model, torch::kCPU);
+    model->forward(tokens).square().sum().backward();
+
+    // The same model through its modules' own forward.
+    std::map<std::string, std::shared_ptr<torch::nn::Module>> part;
+    for (const auto& child : reference->named_children()) part[child.key()] = child.value();
+    auto embed = [&](const char* name, const torch::Tensor& ids) {
+      return part.at(name)->as<torch::nn::EmbeddingImpl>()->forward(ids);
+    };
+    auto h = (embed("tokens", tokens) + embed("positions", torch::arange(tokens.size(1))).unsqueeze(0)).transpose(0, 1);
+    const auto seq = h.size(0);
+    const auto mask = torch::full({seq, seq}, -std::numeric_limits<float>::infinity(), h.options()).triu(1);
+    auto* encoder = part.at("encoder")->as<torch::nn::TransformerEncoderImpl>();
+    for (std::size_t i = 0; i < encoder->layers->size(); ++i) {
+      h = encoder->layers->at<torch::nn::TransformerEncoderLayerImpl>(i).forward(h, mask);
+    }
+    const auto logits = part.at("head")->as<torch::nn::LinearImpl>()->forward(h.transpose(0, 1));
+    logits.square().sum().backward();
+
+    EXPECT_TRUE(torch::equal(model->forward(tokens), logits));
+    const auto ours = model->named_parameters(), theirs = reference->named_parameters();
+    for (const auto& p : ours) {
+      SCOPED_TRACE(p.key());
+      ASSERT_TRUE(p.value().grad().defined());
+      EXPECT_TRUE(torch::equal(p.value().grad(), theirs[p.key()].grad()));
+    }
+  }
 }
 
 TEST(Workloads, UnknownNameIsAUsageError) {
