@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""ddpbench `tp` against PyTorch's DTensor tensor parallelism (`parallelize_module` with
+ColwiseParallel and RowwiseParallel, benchmarks/python_tp_loop.py) on `mlp`, Gloo, one thread per
+rank: the same plan (fc1 and fc3 by columns, fc2 and fc4 by rows), the same global batch on every
+rank. Needs torch 2.4 or later: run it in the LibTorch 2.x leg (scripts/test-libtorch2.sh,
+trixie's torch 2.6) with --build build-libtorch2. ddpbench's `ddp` runs beside them for reference.
+
+Rounds are interleaved (benchmarks/interleave.py), each run fresh rank processes; a run's figures
+are rank 0's mean step time and its peak bytes (ddpbench: device 0's peak_allocated_bytes; the peer:
+every thread's malloc counted by benchmarks/heap_counter.c, preloaded).
+
+    benchmarks/compare_tp.py [--rounds 5] [--steps 20] [--warmup 5] [--batch 128] [--world 2]
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from benchmarks.interleave import add_to_json, ddpbench_case, parser, peer_environment_counting_heap, report, run_rounds  # noqa: E402
+
+
+def main():
+    p = parser(__doc__, rounds=5, steps=20, batch=128)
+    p.add_argument("--world", type=int, default=2, help="ranks (one thread each)")
+    args = p.parse_args()
+    peaks = {}
+
+    def ddpbench(name, strategy):
+        def run():
+            c = ddpbench_case(args.build, ["--strategy", strategy, "--workload", "mlp", "--device", "cpu",
+                                           "--world-size", str(args.world), "--threads", "1",
+                                           "--batch", str(args.batch), "--steps", str(args.steps),
+                                           "--warmup", str(args.warmup)])
+            if c["status"] != "ok":
+                raise SystemExit(f"compare_tp: ddpbench {strategy}: {c['status']}: {c.get('reason')}")
+            peaks.setdefault(name, []).append(c["memory"][0]["peak_allocated_bytes"])
+            return statistics.fmean(c["step_times_ms"])
+        return run
+
+    heap_dir = tempfile.TemporaryDirectory()
+    env, counter = peer_environment_counting_heap(heap_dir.name)
+
+    def peer(name):
+        def run():
+            r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "python_tp_loop.py"),
+                                str(args.steps), str(args.warmup), str(args.batch), "1", str(args.world)],
+                               capture_output=True, text=True, env=env)
+            if r.returncode != 0:
+                raise SystemExit(f"compare_tp: the peer exited {r.returncode}: {r.stderr.strip()[-2000:]}")
+            figures = json.loads(r.stdout.strip().splitlines()[-1])
+            peaks.setdefault(name, []).append(figures["peak_bytes"])
+            return statistics.fmean(figures["step_ms"])
+        return run
+
+    tools = {
+        "ddpbench tp": ddpbench("ddpbench tp", "tp"),
+        "PyTorch DTensor (parallelize_module)": peer("PyTorch DTensor (parallelize_module)"),
+        "ddpbench ddp": ddpbench("ddpbench ddp", "ddp"),
+    }
+    samples = run_rounds(tools, args.rounds)
+    base = "ddpbench tp"
+    report(args, samples, f"mlp, world {args.world} (Gloo), global batch {args.batch} on every rank (tp) or split "
+           f"(ddp), 1 thread per rank, {args.steps} steps after {args.warmup} warm-up, {args.rounds} interleaved rounds",
+           base, label="run")
+    print()
+    print(f"| run | peak on rank 0, MiB (median) | this one's / {base}'s |")
+    print("|---|---|---|")
+    med = {n: statistics.median(v) for n, v in peaks.items()}
+    for n in tools:
+        print(f"| {n} | {med[n] / 2 ** 20:.2f} | {med[n] / med[base]:.3f}x |")
+    print()
+    print("ddpbench: device 0's peak_allocated_bytes (its counting allocator); the peer: "
+          + ("benchmarks/heap_counter.c, every thread's malloc" if counter else "torch.profiler's memory events"))
+    heap_dir.cleanup()
+    add_to_json(args, peak_bytes=peaks)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
