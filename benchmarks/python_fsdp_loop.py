@@ -27,11 +27,10 @@ import json
 import sys
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 from heap_peak import heap_counter, step_peak_bytes
-from rank_processes import join_gloo_group, run_ranks, timed_steps
+from rank_processes import MlpBatches, join_gloo_group, report_and_leave, run_ranks, timed_steps
 
 
 def local_bytes(t):
@@ -58,10 +57,7 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, reshard, keep_gr
     complete_cpu_streams()
     join_gloo_group(rank, world, port, threads)
     mesh = init_device_mesh("cpu", (world,))
-    gen = torch.Generator().manual_seed(42)
-    size = 32 * batch
-    inputs = torch.randn(size, 784, generator=gen)
-    labels = torch.randint(0, 10, (size,), generator=gen)
+    data = MlpBatches(batch)
     heap = heap_counter()
     before_model = heap.heap_counter_live() if heap is not None else None
     torch.manual_seed(42)
@@ -75,14 +71,11 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, reshard, keep_gr
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    perm = None
 
     def step(k):
-        nonlocal perm
-        if k % 32 == 0:  # a new epoch: reshuffle, as a DistributedSampler with set_epoch does
-            perm = torch.randperm(size, generator=torch.Generator().manual_seed(k // 32))
-        idx = perm[(k % 32) * batch:(k % 32 + 1) * batch][rank::world]
-        x, y = inputs.index_select(0, idx), labels.index_select(0, idx)
+        # A new epoch every 32 steps, reshuffled as a DistributedSampler with set_epoch does.
+        idx = data.indices(k)[rank::world]
+        x, y = data.inputs.index_select(0, idx), data.labels.index_select(0, idx)
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
@@ -94,11 +87,9 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, reshard, keep_gr
     held += sum(local_bytes(v) for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
     between = heap.heap_counter_live() - before_model if heap is not None else None
     peak = step_peak_bytes(lambda: step(warmup + steps), held, heap)
-    if rank == 0:
-        queue.put({"step_ms": times, "peak_bytes": peak, "held_bytes": held,
-                   "peak_method": "heap counter" if heap is not None else "profiler", "between_steps_bytes": between})
-    dist.barrier()
-    dist.destroy_process_group()
+    report_and_leave(rank, queue, {"step_ms": times, "peak_bytes": peak, "held_bytes": held,
+                                   "peak_method": "heap counter" if heap is not None else "profiler",
+                                   "between_steps_bytes": between})
 
 
 def main():

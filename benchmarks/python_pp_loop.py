@@ -29,7 +29,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from heap_peak import heap_counter, step_peak_bytes
-from rank_processes import join_gloo_group, run_ranks, timed_steps
+from rank_processes import MlpBatches, join_gloo_group, report_and_leave, run_ranks, timed_steps
 
 
 class _AllWorks:
@@ -59,10 +59,7 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microb
     if wait_all:
         wait_on_every_p2p_work()
     join_gloo_group(rank, world, port, threads)
-    gen = torch.Generator().manual_seed(42)
-    size = 32 * batch
-    inputs = torch.randn(size, 784, generator=gen)
-    labels = torch.randint(0, 10, (size,), generator=gen)
+    data = MlpBatches(batch)
     heap = heap_counter()
     torch.manual_seed(42)
     layers = [nn.Sequential(nn.Linear(784, 1024), nn.ReLU()), nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()),
@@ -74,17 +71,13 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microb
     kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
     pipe = kind(stage, n_microbatches=microbatches, loss_fn=nn.functional.cross_entropy)
     opt = torch.optim.SGD(part.parameters(), lr=0.01, momentum=0.9)
-    perm = None
 
     def step(k):
-        nonlocal perm
-        if k % 32 == 0:  # a new epoch: reshuffle, as ddpbench's loader does
-            perm = torch.randperm(size, generator=torch.Generator().manual_seed(k // 32))
-        idx = perm[(k % 32) * batch:(k % 32 + 1) * batch]
+        idx = data.indices(k)
         if rank == 0:
-            pipe.step(inputs.index_select(0, idx))
+            pipe.step(data.inputs.index_select(0, idx))
         elif rank == world - 1:
-            pipe.step(target=labels.index_select(0, idx), losses=[])
+            pipe.step(target=data.labels.index_select(0, idx), losses=[])
         else:
             pipe.step()
         opt.step()
@@ -94,11 +87,8 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microb
     held = sum(p.numel() * p.element_size() for p in part.parameters())
     held += sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
     peak = step_peak_bytes(lambda: step(warmup + steps), held, heap)
-    if rank == 0:
-        queue.put({"step_ms": times, "peak_bytes": peak, "held_bytes": held,
-                   "peak_method": "heap counter" if heap is not None else "profiler"})
-    dist.barrier()
-    dist.destroy_process_group()
+    report_and_leave(rank, queue, {"step_ms": times, "peak_bytes": peak, "held_bytes": held,
+                                   "peak_method": "heap counter" if heap is not None else "profiler"})
 
 
 def main():

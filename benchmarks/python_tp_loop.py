@@ -16,11 +16,10 @@ import sys
 from collections import OrderedDict
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 from heap_peak import heap_counter, step_peak_bytes
-from rank_processes import join_gloo_group, run_ranks, timed_steps
+from rank_processes import MlpBatches, join_gloo_group, report_and_leave, run_ranks, timed_steps
 
 
 def rank_main(rank, world, port, steps, warmup, batch, threads, queue):
@@ -29,10 +28,7 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, queue):
 
     join_gloo_group(rank, world, port, threads)
     mesh = init_device_mesh("cpu", (world,))
-    gen = torch.Generator().manual_seed(42)
-    size = 32 * batch
-    inputs = torch.randn(size, 784, generator=gen)
-    labels = torch.randint(0, 10, (size,), generator=gen)
+    data = MlpBatches(batch)
     heap = heap_counter()
     torch.manual_seed(42)
     model = nn.Sequential(OrderedDict([("fc1", nn.Linear(784, 1024)), ("relu1", nn.ReLU()),
@@ -42,14 +38,10 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, queue):
     parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel(),
                                      "fc3": ColwiseParallel(), "fc4": RowwiseParallel()})
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    perm = None
 
     def step(k):
-        nonlocal perm
-        if k % 32 == 0:  # a new epoch: reshuffle, as ddpbench's loader does
-            perm = torch.randperm(size, generator=torch.Generator().manual_seed(k // 32))
-        idx = perm[(k % 32) * batch:(k % 32 + 1) * batch]
-        loss = nn.functional.cross_entropy(model(inputs.index_select(0, idx)), labels.index_select(0, idx))
+        idx = data.indices(k)
+        loss = nn.functional.cross_entropy(model(data.inputs.index_select(0, idx)), data.labels.index_select(0, idx))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -62,11 +54,8 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, queue):
     held = sum(local_bytes(p) for p in model.parameters())
     held += sum(local_bytes(v) for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0)
     peak = step_peak_bytes(lambda: step(warmup + steps), held, heap)
-    if rank == 0:
-        queue.put({"step_ms": times, "peak_bytes": peak, "held_bytes": held,
-                   "peak_method": "heap counter" if heap is not None else "profiler"})
-    dist.barrier()
-    dist.destroy_process_group()
+    report_and_leave(rank, queue, {"step_ms": times, "peak_bytes": peak, "held_bytes": held,
+                                   "peak_method": "heap counter" if heap is not None else "profiler"})
 
 
 def main():

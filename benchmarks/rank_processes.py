@@ -1,5 +1,7 @@
-"""The PyTorch peers' ranks as processes (python_ddp_loop.py, python_fsdp_loop.py): spawned, rank 0's
-figures collected, and a rank that dies first ending the run instead of leaving it waiting."""
+"""The PyTorch peers' ranks as processes (python_ddp_loop.py, python_fsdp_loop.py, python_pp_loop.py,
+python_tp_loop.py): spawned, rank 0's figures collected, and a rank that dies first ending the run
+instead of leaving it waiting; and what their ranks do alike (join the group, mlp's batches, the
+timed steps, the report at the end)."""
 import os
 import socket
 import sys
@@ -66,3 +68,32 @@ def timed_steps(step, warmup, steps):
             times.append((time.perf_counter() - start) * 1e3)
     return times
 
+
+
+class MlpBatches:
+    """mlp's synthetic data as the peer loops draw it (one seed, 32 batches of N(0, 1) inputs [784]
+    and labels in [0, 10)), and step k's indices into it, reshuffled each 32 steps as ddpbench's
+    loader starts a new epoch."""
+
+    def __init__(self, batch):
+        import torch
+        gen = torch.Generator().manual_seed(42)
+        self.batch, self.size = batch, 32 * batch
+        self.inputs = torch.randn(self.size, 784, generator=gen)
+        self.labels = torch.randint(0, 10, (self.size,), generator=gen)
+        self._perm = None
+
+    def indices(self, k):
+        import torch
+        if k % 32 == 0 or self._perm is None:
+            self._perm = torch.randperm(self.size, generator=torch.Generator().manual_seed(k // 32))
+        return self._perm[(k % 32) * self.batch:(k % 32 + 1) * self.batch]
+
+
+def report_and_leave(rank, queue, figures):
+    """Rank 0's figures onto the queue; then every rank leaves the group together."""
+    import torch.distributed as dist
+    if rank == 0:
+        queue.put(figures)
+    dist.barrier()
+    dist.destroy_process_group()
