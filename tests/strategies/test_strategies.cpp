@@ -46,6 +46,13 @@ std::string test_name_of(const ::testing::TestParamInfo<std::string>& info) {
   return name;
 }
 
+// The share of a step a strategy may leave in no phase: 10% in the product's build. Under
+// AddressSanitizer the bookkeeping between phases (allocations, a strategy's maps) costs more, and a
+// loaded 2-core VM deschedules a rank there too: pp on convnet left 11.6% unmarked in one CI run
+// beside another test, and 1.1% alone. A sanitized build allows 20% (test_support.h's
+// kBuildSlowdown: its wall-clock bounds are relaxed likewise).
+constexpr double kUnmarkedShare = testing::kBuildSlowdown > 1 ? 0.2 : 0.1;
+
 class EveryStrategy : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EveryStrategy, RunsOrSaysWhyNotOnEveryWorkload) {
@@ -108,7 +115,7 @@ TEST_P(EveryStrategy, RunsOrSaysWhyNotOnEveryWorkload) {
       for (double p : r.phase_seconds) marked += p;
       const double step = r.mean_step_seconds();
       EXPECT_LE(marked, step * 1.001) << "phases overlap or are counted twice";
-      EXPECT_GE(marked, step * 0.9) << "more than 10% of the step is in no phase";
+      EXPECT_GE(marked, step * (1 - kUnmarkedShare)) << "more than " << kUnmarkedShare * 100 << "% of the step is in no phase";
     }
   }
 }
