@@ -28,7 +28,6 @@ class TensorParallelGroup {
  public:
   void attach(ProcessGroupContext* group) { group_ = group; }
   void set_phases(PhaseRecorder* phases) { phases_ = phases; }
-  ProcessGroupContext& group() { return *group_; }
 
   torch::Tensor all_reduced(const torch::Tensor& x, const char* what) {
     // Under --dtype bf16 the activations are bf16, which 1.x's Gloo cannot send: those are summed
