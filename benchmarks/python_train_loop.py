@@ -73,47 +73,47 @@ GPT2_LOGITS_CHUNK_ROWS = (256 << 20) // (GPT2_VOCAB * 4)
 
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     """ddpbench's fused output projection and loss (workloads/chunked_cross_entropy.cpp), step for
-    step in PyTorch: forward keeps each token's log-sum-exp, backward recomputes one chunk's logits
-    at a time, so the [tokens, vocab] fp32 logits are never whole. Mean cross-entropy, fp32."""
+    step in PyTorch: forward takes one chunk's logits at a time, its share of the loss and, where a
+    gradient is wanted, its gradients for the hidden states and the weight; backward only scales
+    them. The [tokens, vocab] fp32 logits are never whole. Mean cross-entropy, fp32."""
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, chunk_rows):
         accumulate = torch.promote_types(hidden.dtype, torch.float32)
         rows = hidden.size(0)
-        log_sum_exp = torch.empty(rows, device=hidden.device, dtype=accumulate)
+        with_gradients = hidden.requires_grad or weight.requires_grad
         total = torch.zeros((), device=hidden.device, dtype=accumulate)
-        product_dtype = hidden.dtype
+        grad_hidden = grad_weight = product_weight = None
+        if with_gradients:
+            grad_hidden = torch.empty(hidden.shape, device=hidden.device, dtype=accumulate)
+            grad_weight = torch.zeros(weight.shape, device=weight.device, dtype=accumulate)
         for begin in range(0, rows, chunk_rows):
             n = min(chunk_rows, rows - begin)
-            product = hidden[begin:begin + n] @ weight.t()  # autocast's type, as in ddpbench
-            product_dtype = product.dtype
-            logits = product.to(accumulate)
-            lse = logits.logsumexp(1)
-            picked = logits.gather(1, targets[begin:begin + n].unsqueeze(1)).squeeze(1)
-            total += (lse - picked).sum()
-            log_sum_exp[begin:begin + n] = lse
-        ctx.save_for_backward(hidden, weight, targets, log_sum_exp)
-        ctx.chunk_rows, ctx.product_dtype = chunk_rows, product_dtype
+            chunk, chosen = hidden[begin:begin + n], targets[begin:begin + n].unsqueeze(1)
+            product = chunk @ weight.t()  # autocast's type, as in ddpbench
+            log_probabilities = torch.log_softmax(product, 1, dtype=accumulate)
+            total -= log_probabilities.gather(1, chosen).sum()
+            if not with_gradients:
+                continue
+            if product_weight is None:
+                product_weight = weight.to(product.dtype)
+            probabilities = log_probabilities.exp_()
+            probabilities.scatter_add_(1, chosen, torch.full((n, 1), -1.0, device=chunk.device, dtype=accumulate))
+            grad_logits = probabilities.to(product.dtype)
+            chunk_in_type = chunk.to(product.dtype)
+            grad_hidden[begin:begin + n] = grad_logits @ product_weight
+            if product.dtype == accumulate:
+                grad_weight.addmm_(grad_logits.t(), chunk_in_type)
+            else:
+                grad_weight += grad_logits.t() @ chunk_in_type
+        ctx.grads = (grad_hidden, grad_weight, hidden.dtype, weight.dtype, rows)
         return total / rows
 
     @staticmethod
     def backward(ctx, grad_output):
-        hidden, weight, targets, log_sum_exp = ctx.saved_tensors
-        rows, accumulate = hidden.size(0), log_sum_exp.dtype
-        scale = grad_output.to(accumulate) / rows
-        w = weight.to(ctx.product_dtype)
-        grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, device=weight.device, dtype=accumulate)
-        for begin in range(0, rows, ctx.chunk_rows):
-            n = min(ctx.chunk_rows, rows - begin)
-            h = hidden[begin:begin + n].to(ctx.product_dtype)
-            probabilities = ((h @ w.t()).to(accumulate) - log_sum_exp[begin:begin + n].unsqueeze(1)).exp_()
-            probabilities.scatter_add_(1, targets[begin:begin + n].unsqueeze(1),
-                                       torch.full((n, 1), -1.0, device=h.device, dtype=accumulate))
-            grad_logits = (probabilities * scale).to(ctx.product_dtype)
-            grad_hidden[begin:begin + n] = grad_logits @ w
-            grad_weight += (grad_logits.t() @ h).to(accumulate)
-        return grad_hidden, grad_weight.to(weight.dtype), None, None
+        grad_hidden, grad_weight, hidden_dtype, weight_dtype, rows = ctx.grads
+        scale = grad_output.to(grad_hidden.dtype) / rows
+        return (grad_hidden * scale).to(hidden_dtype), (grad_weight * scale).to(weight_dtype), None, None
 
 
 class Gpt2(nn.Module):

@@ -10,8 +10,9 @@
 # Environment:
 #   GPU_VISIT_DEADLINE   seconds from the start after which nothing runs (default 520)
 #   GPU_VISIT_STEPS      which of: env build measure ctest report (default: all of them)
-#   GPU_VISIT_MEASURES   which measurements, in this order (default: compare-gpt2-plain
-#                        compare-gpt2-fused gpt2 memory memory-bucket-view compare-small resnet50 all-bf16)
+#   GPU_VISIT_MEASURES   which measurements, in this order (default: gpt2-loss-paths
+#                        compare-gpt2-default compare-gpt2-plain gpt2-pp-tp memory all-bf16; also
+#                        compare-gpt2-fused gpt2 memory-bucket-view compare-small resnet50)
 #   GPU_VISIT_SMOKE=1    every measurement tiny and on the CPU, against DDPBENCH_BUILD_DIR: checks
 #                        this script on a machine without a GPU before a visit spends device time
 #   GPU_VISIT_CTEST_ARGS more ctest arguments (a smoke check's -R FILTER)
@@ -24,7 +25,7 @@ out="$(realpath "$out")"
 started=$(date +%s)
 deadline="${GPU_VISIT_DEADLINE:-520}"
 steps="${GPU_VISIT_STEPS:-env build measure ctest report}"
-measures="${GPU_VISIT_MEASURES:-compare-gpt2-plain compare-gpt2-fused gpt2 memory memory-bucket-view compare-small resnet50 all-bf16}"
+measures="${GPU_VISIT_MEASURES:-gpt2-loss-paths compare-gpt2-default compare-gpt2-plain gpt2-pp-tp memory all-bf16}"
 smoke="${GPU_VISIT_SMOKE:-0}"
 build="${DDPBENCH_BUILD_DIR:-build-gpu}"
 python="${PYTHON:-python3}"
@@ -64,20 +65,24 @@ ddpbench=(taskset -c "$measure_cpus" "$build/ddpbench")
 pinned=(taskset -c "$measure_cpus")
 if [ "$smoke" = 1 ]; then
   gpt2_flags=(--device cpu --batch 2 --seq-len 16 --gpt2-size 2:2:64 --steps 2 --warmup 1)
+  gpt2_short_flags=("${gpt2_flags[@]}")
   run_flags=(--device cpu --steps 2 --warmup 1)
   compare_flags=(--device cpu --rounds 1)
   compare_steps=(--steps 2 --warmup 1)
   compare_gpt2_flags=(--seq-len 16 --batch 2 --steps 2 --warmup 1)
   resnet=(32 4)
   resnet_flags="--device cpu --steps 2 --warmup 1"
+  loss_paths_flags=(--device cpu --tokens 256 --vocab 1000 --width 32 --chunk-rows 100 --repetitions 2 --warmup 1)
 else
   gpt2_flags=(--steps 20 --warmup 5)
+  gpt2_short_flags=(--steps 10 --warmup 3)
   run_flags=()
   compare_flags=(--device cuda --rounds 3)
   compare_steps=()
   compare_gpt2_flags=(--steps 20 --warmup 5)
   resnet=(224 64)
   resnet_flags="--steps 10 --warmup 3"
+  loss_paths_flags=(--device cuda --kernels 8)
 fi
 fixed_reps=(--repetitions 3 --target-precision 0)
 
@@ -86,16 +91,22 @@ measure() {
     gpt2)  # MFU in bf16 against one GPU's peak, and the sharded strategies over NCCL at world 1
       step gpt2-bf16 240 "${ddpbench[@]}" --strategy single,ddp,zero1,zero2,fsdp --workload gpt2 --dtype bf16 \
         "${fixed_reps[@]}" "${gpt2_flags[@]}" --json "$out/gpt2-bf16.json" ;;
+    gpt2-loss-paths)  # the output projection and loss alone: plain, fused, and fused as it was
+      step gpt2-loss-paths 60 "${pinned[@]}" "$python" benchmarks/gpt2_loss_paths.py "${loss_paths_flags[@]}" \
+        --json "$out/gpt2-loss-paths.json" ;;
+    gpt2-pp-tp)  # pp and tp on one GPU in bf16 (one stage, one share: their CUDA paths over NCCL), beside single
+      step gpt2-pp-tp 90 "${ddpbench[@]}" --strategy single,pp,tp --workload gpt2 --dtype bf16 --repetitions 2 \
+        --target-precision 0 "${gpt2_short_flags[@]}" --json "$out/gpt2-pp-tp.json" ;;
     memory)  # memory by kind on the caching allocator, every strategy one GPU allows
       step mlp-fp32-all 120 "${ddpbench[@]}" --strategy all --workload mlp "${fixed_reps[@]}" "${run_flags[@]}" \
         --json "$out/mlp-fp32-all.json" ;;
     memory-bucket-view)  # ddp's gradients as views of its buckets: the copy PyTorch's DDP keeps by default, gone
       step mlp-fp32-bucket-view 60 "${ddpbench[@]}" --strategy single,ddp --workload mlp --grad-as-bucket-view \
         "${fixed_reps[@]}" "${run_flags[@]}" --json "$out/mlp-fp32-bucket-view.json" ;;
-    compare-gpt2-plain | compare-gpt2-fused)  # against PyTorch's loop and DDP at world 1, interleaved
-      # rounds, both sides on the same loss path: plain (whole logits, nanoGPT's eager loop) or
-      # fused (ddpbench's default, ported to the peer), so the two runs tell the harness's cost
-      # from the fused loss's.
+    compare-gpt2-default | compare-gpt2-plain | compare-gpt2-fused)  # against PyTorch's loop and DDP at world 1, interleaved
+      # rounds: default (each side its own loss: ddpbench's fused, nanoGPT's whole logits), or both
+      # sides on the same path, plain or fused (ported to the peer), which tells the harness's cost
+      # from the loss's.
       local loss=${1#compare-gpt2-}
       step "compare-gpt2-$loss" 180 "${pinned[@]}" "$python" benchmarks/compare_python_api.py --workloads gpt2 \
         --dtype bf16 --gpt2-loss "$loss" "${compare_flags[@]}" "${compare_gpt2_flags[@]}" --build "$build" \

@@ -1,10 +1,11 @@
 #pragma once
 // Mean cross-entropy of softmax(hidden · weightᵀ) against integer targets, computed over chunks of
-// rows so that the full [rows, vocabulary] logits never exist at once: forward keeps each row's
-// log-sum-exp and nothing else; backward recomputes one chunk's logits at a time and turns them
-// into gradients for `hidden` and `weight` straight away. For a language model's output layer this
-// is the difference between a [tokens, vocab] fp32 tensor (3.3 GB for GPT-2 at 16 x 1024 tokens,
-// twice over with its gradient) and one chunk of it.
+// rows so that the full [rows, vocabulary] logits never exist at once. Forward takes each chunk's
+// logits, its share of the loss and, where a gradient is wanted, its gradients for `hidden` and
+// `weight` straight away; backward only scales those by the loss's incoming gradient. For a language
+// model's output layer this is the difference between a [tokens, vocab] fp32 tensor (3.3 GB for
+// GPT-2 at 16 x 1024 tokens, twice over with its gradient) and one chunk of it, for the weight's
+// gradient (in fp32) held from forward to backward.
 #include <torch/types.h>
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <torch/types.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
@@ -380,6 +381,26 @@ TEST(ChunkedCrossEntropy, MatchesCrossEntropyOfTheWholeLogitsAndItsGradients) {
       EXPECT_EQ(chunked.grad_weight.scalar_type(), dtype);
     }
   }
+}
+
+TEST(ChunkedCrossEntropy, WithoutGradientsGivesTheSameLossAndNoGraphAndAFrozenWeightStillTrainsTheHiddenStates) {
+  torch::manual_seed(8);
+  const auto hidden = torch::randn({9, 4}, torch::kDouble).requires_grad_();
+  const auto weight = torch::randn({7, 4}, torch::kDouble);  // frozen: no gradient asked of it
+  const auto targets = torch::randint(0, 7, {9}, torch::kLong);
+  const auto whole = torch::nn::functional::cross_entropy(torch::matmul(hidden, weight.t()), targets);
+  const auto grad_whole = torch::autograd::grad({whole}, {hidden})[0];
+  torch::Tensor without;
+  {
+    torch::NoGradGuard no_grad;  // evaluation: forward takes the loss alone
+    without = chunked_linear_cross_entropy(hidden, weight, targets, 4);
+  }
+  EXPECT_FALSE(without.requires_grad());
+  EXPECT_NEAR(without.item<double>(), whole.item<double>(), 1e-12);
+  const auto with = chunked_linear_cross_entropy(hidden, weight, targets, 4);
+  EXPECT_NEAR(with.item<double>(), whole.item<double>(), 1e-12);
+  EXPECT_TRUE(torch::allclose(torch::autograd::grad({with * 3.0}, {hidden})[0], grad_whole * 3.0, 1e-12, 1e-12))
+      << "backward scales forward's gradient by the incoming one";
 }
 
 TEST(ChunkedCrossEntropy, UnderBf16AutocastMatchesTheWholeLogitsPathWithinBf16) {
