@@ -71,41 +71,59 @@ class Gpt2Block(nn.Module):
 GPT2_LOGITS_CHUNK_ROWS = (256 << 20) // (GPT2_VOCAB * 4)
 
 
+def _product_dtype(hidden, weight):
+    """autocast's type where autocast is on and would cast these inputs, else the inputs' own."""
+    device = hidden.device.type
+    if hasattr(torch, "get_autocast_dtype"):  # torch 2.4 on
+        enabled, dtype = torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+    elif device == "cuda":
+        enabled, dtype = torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+    else:
+        enabled, dtype = torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+    if enabled and torch.float64 not in (hidden.dtype, weight.dtype):
+        return dtype
+    return torch.promote_types(hidden.dtype, weight.dtype)
+
+
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     """ddpbench's fused output projection and loss (workloads/chunked_cross_entropy.cpp), step for
     step in PyTorch: forward takes one chunk's logits at a time, its share of the loss and, where a
     gradient is wanted, its gradients for the hidden states and the weight; backward only scales
-    them. The [tokens, vocab] fp32 logits are never whole. Mean cross-entropy, fp32."""
+    them. The [tokens, vocab] fp32 logits are never whole; the products see the weight padded with
+    zero rows to a multiple of 64 (the padded logits -inf). Mean cross-entropy, fp32."""
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, chunk_rows):
         accumulate = torch.promote_types(hidden.dtype, torch.float32)
-        rows = hidden.size(0)
+        rows, vocabulary = hidden.size(0), weight.size(0)
+        padded = -(-vocabulary // 64) * 64
+        dtype = _product_dtype(hidden, weight)
         with_gradients = hidden.requires_grad or weight.requires_grad
-        total = torch.zeros((), device=hidden.device, dtype=accumulate)
-        grad_hidden = grad_weight = product_weight = None
-        if with_gradients:
-            grad_hidden = torch.empty(hidden.shape, device=hidden.device, dtype=accumulate)
-            grad_weight = torch.zeros(weight.shape, device=weight.device, dtype=accumulate)
-        for begin in range(0, rows, chunk_rows):
-            n = min(chunk_rows, rows - begin)
-            chunk, chosen = hidden[begin:begin + n], targets[begin:begin + n].unsqueeze(1)
-            product = chunk @ weight.t()  # autocast's type, as in ddpbench
-            log_probabilities = torch.log_softmax(product, 1, dtype=accumulate)
-            total -= log_probabilities.gather(1, chosen).sum()
-            if not with_gradients:
-                continue
-            if product_weight is None:
-                product_weight = weight.to(product.dtype)
-            probabilities = log_probabilities.exp_()
-            probabilities.scatter_add_(1, chosen, torch.full((n, 1), -1.0, device=chunk.device, dtype=accumulate))
-            grad_logits = probabilities.to(product.dtype)
-            chunk_in_type = chunk.to(product.dtype)
-            grad_hidden[begin:begin + n] = grad_logits @ product_weight
-            if product.dtype == accumulate:
-                grad_weight.addmm_(grad_logits.t(), chunk_in_type)
-            else:
-                grad_weight += grad_logits.t() @ chunk_in_type
+        with torch.autocast(hidden.device.type, enabled=False):
+            product_weight = F.pad(weight.to(dtype), (0, 0, 0, padded - vocabulary))
+            total = torch.zeros((), device=hidden.device, dtype=accumulate)
+            grad_hidden = grad_weight = None
+            if with_gradients:
+                grad_hidden = torch.empty(hidden.shape, device=hidden.device, dtype=accumulate)
+                grad_weight = torch.zeros(weight.shape, device=weight.device, dtype=accumulate)
+            for begin in range(0, rows, chunk_rows):
+                n = min(chunk_rows, rows - begin)
+                chunk, chosen = hidden[begin:begin + n].to(dtype), targets[begin:begin + n].unsqueeze(1)
+                product = chunk @ product_weight.t()
+                product[:, vocabulary:] = float("-inf")
+                log_probabilities = torch.log_softmax(product, 1, dtype=accumulate)
+                total -= log_probabilities.gather(1, chosen).sum()
+                if not with_gradients:
+                    continue
+                probabilities = log_probabilities.exp_()
+                probabilities.scatter_add_(1, chosen, torch.full((n, 1), -1.0, device=chunk.device, dtype=accumulate))
+                grad_logits = probabilities.to(dtype)
+                grad_hidden[begin:begin + n] = grad_logits @ product_weight
+                grad_logits_t = grad_logits[:, :vocabulary].t()
+                if dtype == accumulate:
+                    grad_weight.addmm_(grad_logits_t, chunk)
+                else:
+                    grad_weight += grad_logits_t @ chunk
         ctx.grads = (grad_hidden, grad_weight, hidden.dtype, weight.dtype, rows)
         return total / rows
 

@@ -104,6 +104,12 @@ AutocastState autocast_enter(c10::DeviceType device_type, c10::ScalarType dtype)
   return previous;
 }
 
+std::optional<c10::ScalarType> autocast_dtype(c10::DeviceType device_type) {
+  const AutocastState state = autocast_state(device_type);
+  if (!state.enabled) return std::nullopt;
+  return state.dtype;
+}
+
 void autocast_exit(c10::DeviceType device_type, const AutocastState& previous) {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   set_autocast_state(device_type, previous);

@@ -100,6 +100,8 @@ struct AutocastState {
 };
 AutocastState autocast_enter(c10::DeviceType device_type, c10::ScalarType dtype);
 void autocast_exit(c10::DeviceType device_type, const AutocastState& previous);
+// The type autocast casts float32 to on the calling thread for `device_type`; nothing where it is off.
+std::optional<c10::ScalarType> autocast_dtype(c10::DeviceType device_type);
 
 // Causal self-attention over [batch, heads, tokens, head_dim] queries, keys and values: ATen's
 // scaled_dot_product_attention from LibTorch 2.0 on (flash or memory-efficient kernels on recent
