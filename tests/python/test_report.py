@@ -350,3 +350,24 @@ def test_a_pp_case_gets_its_pipeline_timeline_from_the_runs_trace(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "--trace" in r.stderr and "no ddpbench-rank" in r.stderr, r.stderr
     assert not (tmp_path / "never").exists()
+
+
+def test_memory_against_throughput_places_tp_and_pp_beside_ddp_from_a_real_run(tmp_path):
+    """The choice issue 45 asks the report to show: model parallelism (tp, pp) on the same chart as data
+    parallelism, one point per layout, each at its rank 0's peak and its throughput."""
+    results = tmp_path / "r.json"
+    run = subprocess.run([os.path.join(BUILD, "ddpbench"), "--device", "cpu", "--world-size", "2", "--workload", "mlp",
+                          "--strategy", "ddp,tp,pp", "--steps", "3", "--warmup", "1", "--repetitions", "1",
+                          "--batch", "16", "--dataset-size", "64", "--parity-steps", "0", "--json", str(results)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    cases = report_cases.collect_cases([("r", json.load(open(results)))])
+    points = {c.strategy: (mib, tput) for c, mib, tput in charts.memory_throughput_points(cases)}
+    assert set(points) == {"ddp", "tp", "pp"}
+    # tp and pp each hold about half of mlp's parameters a rank, ddp all of them: less memory a device.
+    assert points["tp"][0] < points["ddp"][0] and points["pp"][0] < points["ddp"][0]
+    assert all(tput > 0 for _, tput in points.values())
+    out = tmp_path / "report"
+    r = subprocess.run([SCRIPT, str(results), "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (out / "memory_vs_throughput.png").read_bytes().startswith(PNG_MAGIC)
