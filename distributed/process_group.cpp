@@ -279,6 +279,13 @@ void ProcessGroupContext::allreduce(const torch::Tensor& flat, const std::string
   wait(allreduce_async(flat), what);
 }
 
+void ProcessGroupContext::allreduce_max(const torch::Tensor& flat, const std::string& what) {
+  std::vector<torch::Tensor> tensors{flat};
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::MAX;
+  wait(group_->allreduce(tensors, options), what);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupContext::send_async(const torch::Tensor& flat, int to, int tag) {
   std::vector<torch::Tensor> tensors{flat};
   return group_->send(tensors, to, tag);

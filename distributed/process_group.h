@@ -59,6 +59,8 @@ class ProcessGroupContext {
   // Waits within the timeout; throws CommFailure saying what was awaited.
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const;
   void allreduce(const torch::Tensor& flat, const std::string& what);
+  // The element-wise maximum over the ranks, in place (a vocabulary-parallel loss's row maxima).
+  void allreduce_max(const torch::Tensor& flat, const std::string& what);
   // Point to point, for rings built from them (collectives/): one contiguous tensor to or from one
   // rank; both sides name the same tag.
   c10::intrusive_ptr<c10d::Work> send_async(const torch::Tensor& flat, int to, int tag);
