@@ -9,6 +9,7 @@ cases.py       the measured cases a results file holds, and the Projection of on
 model.py       per-strategy step time from one measured case: ddp replays the measured bucket timeline
 pipeline.py    pp at another stage count: the chain cut again, the schedule played with the measured unit times
 pipeline_schedule.py  pipeline/schedule.cpp's four schedules, played with per-stage times and a hop between ranks
+tensor_parallel.py  tp at another group size: the share of compute its split divides, its all-reduces over the group
 memory.py      memory per device by ZeRO's formulas over a measured case's bytes
 timelines.py   a step's collectives on one stream behind compute, with a shaped link's token bucket
 answers.py     which strategies fit a device's memory, the fastest of them, and when the band cannot rank two

@@ -35,6 +35,8 @@ class MeasuredCase:
     settings: dict = field(default_factory=dict)  # the strategy's own flags as the file records them
     pipeline: Optional[dict] = None  # pp: the JSON's pipeline object (its cut, units, schedule)
     point_to_point_bytes: Optional[float] = None  # pp: what its rank 0 sent its neighbour a step
+    comm_bytes_per_step: Optional[float] = None  # tp: the bytes its all-reduces carried a step
+    comm_collectives: Optional[int] = None       # tp: its all-reduces a step
 
     def phase(self, name):
         return self.phases.get(name, 0.0)
@@ -111,7 +113,9 @@ def measured_cases(doc):
                                 unit_bytes=unit_bytes if f["strategy"] == "fsdp" else None,
                                 settings=dict(settings) if isinstance(settings, dict) else {},
                                 pipeline=pipelines.get(b.get("run_name", b["name"])) if f["strategy"] == "pp" else None,
-                                point_to_point_bytes=comm.get("point_to_point_bytes_per_step")))
+                                point_to_point_bytes=comm.get("point_to_point_bytes_per_step"),
+                                comm_bytes_per_step=comm.get("bytes_per_step") if f["strategy"] == "tp" else None,
+                                comm_collectives=comm.get("buckets") if f["strategy"] == "tp" else None))
     return out
 
 

@@ -9,9 +9,11 @@ For every measured workload: the predicted step time, throughput and scaling eff
 (the measured bucket timeline replayed against the network's all-reduce cost), dp (one node),
 hogwild (one node), zero1, zero2 and fsdp where the file measured them (reduce-scatter and
 all-gather costs), and pp where it measured it (its chain cut again for each world's stages from
-the case's own unit times, the schedule's fill and drain, the hops between stages), with the memory
-per device of ddp, the sharded three (ZeRO's formulas plus the measured rest) and pp (its largest
-stage plus stage 0's activations), and every assumption printed next to the numbers. --device-memory answers, at
+the case's own unit times, the schedule's fill and drain, the hops between stages), and tp where it
+measured it beside single (the share of compute its split divides, its all-reduces over the group),
+with the memory per device of ddp, the sharded three (ZeRO's formulas plus the measured rest), pp
+(its largest stage plus stage 0's activations) and tp (its share of the parameters plus the
+measured rest), and every assumption printed next to the numbers. --device-memory answers, at
 each world size, which of them fit in that much a device and which of those is fastest. FILE is a network
 description, ddpbench-micro's JSON or nccl-tests' all_reduce_perf output (alpha and bandwidth
 fitted). RUN.json, a ddpbench run of ddp, zero1 or zero2 across two nodes or more of the target
@@ -155,8 +157,8 @@ def main(argv=None):
     p.add_argument("--scaling", choices=("weak", "strong"), default="weak",
                    help="weak (default): each rank keeps its measured batch; strong: the global batch is split")
     p.add_argument("--strategy", default=None,
-                   help="strategies to project (default: ddp, dp, hogwild and each of zero1, zero2, fsdp, pp the "
-                        "file measured)")
+                   help="strategies to project (default: ddp, dp, hogwild and each of zero1, zero2, fsdp, pp, tp "
+                        "the file measured)")
     p.add_argument("--device-memory", type=_bytes, default=None,
                    help="memory a device has (80GiB, 141GB): which strategies fit at each world size, and the "
                         "fastest of those")
@@ -192,7 +194,7 @@ def main(argv=None):
     print(format_table(projections, net, args.scaling, args.results))
     if args.device_memory:
         fits = answers.fit_answers(projections, args.device_memory)
-        print("\nwhich fit (memory projected for ddp, zero1, zero2, fsdp, pp):")
+        print("\nwhich fit (memory projected for ddp, zero1, zero2, fsdp, pp, tp):")
         print("\n".join("  " + a for a in fits) if fits else
               "  cannot tell: no projected case has its memory split by kind in the file")
     flag, path = "--json", args.json_out

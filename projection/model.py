@@ -37,6 +37,7 @@ from projection import collectives, timelines
 from projection.cases import Bucket, MeasuredCase, Projection, ProjectionError, measured_cases  # noqa: F401
 from projection.memory import SHARDS, memory_assumption, memory_per_device, whole_model_bytes
 from projection.pipeline import project_pp
+from projection.tensor_parallel import project_tp
 from projection.slowdown import Slowdown, fit as fit_slowdown
 
 FIRST_BUCKET_BYTES = 1 << 20   # DDP's first bucket
@@ -45,11 +46,11 @@ BUCKET_BYTES = 25 << 20        # DDP's bucket_cap_mb default
 
 def pick_base(cases, workload, strategy):
     """The case a strategy's projection starts from: that strategy at its smallest world (it ran the
-    strategy's own code: ddp's bucket timeline, fsdp's units), else `single` (not for fsdp)."""
+    strategy's own code: ddp's bucket timeline, fsdp's units), else `single` (not for fsdp, pp, tp)."""
     own = sorted((c for c in cases if c.workload == workload and c.strategy == strategy), key=lambda c: c.world)
     if own:
         return own[0]
-    if strategy in ("fsdp", "pp"):
+    if strategy in ("fsdp", "pp", "tp"):
         return None
     single = [c for c in cases if c.workload == workload and c.strategy == "single"]
     return single[0] if single else None
@@ -76,6 +77,7 @@ class Projector:
         self.network = network
         self.scaling = scaling
         self.slowdown = slowdown  # backward's, while collectives overlap it (ddp, zero1, zero2, fsdp)
+        self.singles = {}  # workload -> its single case: tp's projection reads the share its split divides
 
     # What one rank's compute is multiplied by at world W, against the measured case.
     def _batch_scale(self, case, world):
@@ -294,15 +296,19 @@ class Projector:
     def pp(self, case, world):
         return project_pp(self, case, world)
 
+    def tp(self, case, world):
+        return project_tp(self, case, world, self.singles.get(case.workload))
+
     def project(self, case, strategy, world):
         p = self._project_point(case, strategy, world)
         if p.status == "projected":
             # The same projection with every link at the high end of its efficiency and the slow-down
             # at its low end, and the other way round.
-            fast = Projector(self.network.at("high"), self.scaling, self.slowdown.at("low"))._project_point(
-                case, strategy, world)
-            slow = Projector(self.network.at("low"), self.scaling, self.slowdown.at("high"))._project_point(
-                case, strategy, world)
+            fast = Projector(self.network.at("high"), self.scaling, self.slowdown.at("low"))
+            slow = Projector(self.network.at("low"), self.scaling, self.slowdown.at("high"))
+            fast.singles = slow.singles = self.singles
+            fast = fast._project_point(case, strategy, world)
+            slow = slow._project_point(case, strategy, world)
             p.step_ms_band = [fast.step_ms, slow.step_ms]
             p.samples_per_second_band = [slow.samples_per_second, fast.samples_per_second]
         return p
@@ -316,10 +322,10 @@ class Projector:
         return p
 
 
-STRATEGIES = ("ddp", "dp", "hogwild", "zero1", "zero2", "fsdp", "pp")
+STRATEGIES = ("ddp", "dp", "hogwild", "zero1", "zero2", "fsdp", "pp", "tp")
 SHARDED = ("zero1", "zero2", "fsdp")
 # Projected only from a case of their own (their units are measured, not assumed).
-OWN_CASE_ONLY = SHARDED + ("pp",)
+OWN_CASE_ONLY = SHARDED + ("pp", "tp")
 
 
 def default_strategies(doc):
@@ -350,11 +356,15 @@ def project_file(doc, network, worlds, scaling="weak", strategies=None):
     for workload in dict.fromkeys(c.workload for c in cases):
         # A target whose transport is not the hosts' own cores is taken for GPUs (presets, nccl-tests).
         projector = Projector(network, scaling, fit_slowdown(doc, workload, not network.transport_on_compute_cores))
+        single = pick_base(cases, workload, "single")
+        if single is not None:
+            projector.singles[workload] = single
         for strategy in strategies:
             base = pick_base(cases, workload, strategy)
             if base is None:
-                if strategy in ("fsdp", "pp"):
-                    what = "its wrap units" if strategy == "fsdp" else "its chain's units and their times"
+                if strategy in ("fsdp", "pp", "tp"):
+                    what = {"fsdp": "its wrap units", "pp": "its chain's units and their times",
+                            "tp": "the share of compute its split divides and its all-reduces"}[strategy]
                     out += [Projection(workload, strategy, w, collectives.nodes_for(w, network.devices_per_node),
                                        "refused", reason=f"no {strategy} case in the file: {what} are measured, "
                                        f"not assumed (run ddpbench --strategy {strategy})") for w in worlds]

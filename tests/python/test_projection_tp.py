@@ -1,0 +1,93 @@
+"""ddpbench-project's tp (projection/tensor_parallel.py): the share of compute the split divides, read
+off a tp case against single's; the all-reduces as measured, each over the group at the projected
+size; memory at the share of the parameters a rank holds; and a real run projected end to end."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from build_paths import BUILD, ROOT  # noqa: E402,F401
+from projection import collectives, model, network, tensor_parallel  # noqa: E402
+
+GBPS, US, MS, MIB = 1e9, 1e-6, 1e-3, 2 ** 20
+
+
+def net(devices_per_node=8):
+    return network.Network(name="test", devices_per_node=devices_per_node,
+                           intra=network.Link(100 * GBPS, 2 * US), inter=network.Link(10 * GBPS, 10 * US))
+
+
+def case(strategy, world, forward_ms, backward_ms, optimizer_ms=1.0, comm_ms=0.0, params=1000.0, other=50.0,
+         collectives_a_step=None, comm_bytes=None):
+    phases = {"forward": forward_ms * MS, "backward": backward_ms * MS, "optimizer": optimizer_ms * MS,
+              "data": 0.5 * MS, "residual": 0.1 * MS}
+    if comm_ms:
+        phases["comm_exposed"] = comm_ms * MS
+    return model.MeasuredCase(name=f"w/{strategy}/world:{world}", workload="w", strategy=strategy, world=world,
+                              global_batch=32, phases=phases, gradient_bytes=None, buckets=None,
+                              step_s=sum(phases.values()), comm_bytes_per_step=comm_bytes,
+                              comm_collectives=collectives_a_step,
+                              memory={"parameter_bytes": params, "gradient_bytes": params,
+                                      "optimizer_state_bytes": 2 * params, "other_bytes": other})
+
+
+def test_the_split_share_is_read_off_tps_compute_against_singles():
+    single = case("single", 1, 4.0, 6.0)
+    tp = case("tp", 2, 2.4, 3.6, comm_ms=5.0, params=600.0, collectives_a_step=4, comm_bytes=4 * MIB)
+    # 6 ms where single took 10: C (1 - s + s / 2) = 0.6 C, so s = 0.8; the parameters 600 of 1000: 0.8.
+    s, p = tensor_parallel.split_shares(model.Projector(net()), tp, single)
+    assert s == pytest.approx(0.8) and p == pytest.approx(0.8)
+    # A tp case slower than single splits nothing (held to 0), one twice as fast splits everything.
+    assert tensor_parallel.split_shares(model.Projector(net()), case("tp", 2, 8, 8, params=1000.0), single)[0] == 0.0
+    assert tensor_parallel.split_shares(model.Projector(net()), case("tp", 2, 2, 3, params=500.0), single) == (1.0, 1.0)
+
+
+@pytest.mark.parametrize("world", [2, 4, 8, 16])
+def test_the_step_is_singles_compute_at_its_share_plus_the_all_reduces_over_the_group(world):
+    single = case("single", 1, 4.0, 6.0, optimizer_ms=2.0)
+    tp = case("tp", 2, 2.4, 3.6, comm_ms=5.0, params=600.0, collectives_a_step=4, comm_bytes=4 * MIB)
+    projector = model.Projector(net())
+    projector.singles["w"] = single
+    p = projector.project(tp, "tp", world)
+    assert p.status == "projected" and p.from_case == "w/tp/world:2"
+    share = 0.2 + 0.8 / world
+    one = collectives.allreduce(net(), MIB, world)
+    expected = 0.5 * MS + 10 * MS * share + 4 * one.seconds + 2 * MS * share + 0.1 * MS
+    assert p.step_ms == pytest.approx(expected * 1e3)
+    assert p.comm_ms == p.exposed_comm_ms == pytest.approx(4 * one.seconds * 1e3)
+    assert p.samples_per_second == pytest.approx(32 / expected)  # the batch as measured: tp splits the model
+    assert p.memory_per_device_bytes == pytest.approx(4000 * share + 50)
+    assert p.algorithms == [one.algorithm]
+    if world == 16:  # two nodes: the group's all-reduce crosses the slower link
+        assert p.comm_ms > projector.project(tp, "tp", 8).comm_ms
+
+
+def test_without_single_in_the_file_tp_is_refused_saying_what_to_run():
+    tp = case("tp", 2, 2.4, 3.6, comm_ms=5.0, collectives_a_step=4, comm_bytes=4 * MIB)
+    p = model.Projector(net()).project(tp, "tp", 4)
+    assert p.status == "refused" and "--strategy single,tp" in p.reason
+    with pytest.raises(model.ProjectionError, match="world 2 or more"):
+        tensor_parallel.split_shares(model.Projector(net()), case("tp", 1, 1, 1), case("single", 1, 1, 1))
+
+
+def test_a_real_run_of_single_and_tp_is_projected_and_tp_is_a_default_strategy(tmp_path):
+    results = tmp_path / "r.json"
+    run = subprocess.run([os.path.join(BUILD, "ddpbench"), "--device", "cpu", "--world-size", "2", "--workload", "mlp",
+                          "--strategy", "single,tp", "--steps", "3", "--warmup", "1", "--repetitions", "1",
+                          "--batch", "16", "--dataset-size", "64", "--parity-steps", "0", "--json", str(results)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    doc = json.load(open(results))
+    assert "tp" in model.default_strategies(doc)
+    (tp,) = [c for c in model.measured_cases(doc) if c.strategy == "tp"]
+    assert tp.comm_collectives == 3  # mlp: two column-row pairs; the first layer's input needs no gradient
+    assert tp.comm_bytes_per_step > 0
+    projected = [p for p in model.project_file(doc, net(), [2, 4, 8], strategies=["tp"])]
+    assert [p.status for p in projected] == ["projected"] * 3
+    memory = [p.memory_per_device_bytes for p in projected]
+    assert memory[0] > memory[1] > memory[2] > 0
+    out = subprocess.run([os.path.join(ROOT, "scripts", "ddpbench-project"), str(results), "--world", "2,4",
+                          "--strategy", "tp", "--device-memory", "1GiB"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "mlp/tp" in out.stdout and "fastest that fits in 1 GiB a device: tp" in out.stdout
