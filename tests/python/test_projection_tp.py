@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from build_paths import BUILD, ROOT  # noqa: E402,F401
+from build_paths import BUILD, ROOT, small_run  # noqa: E402,F401
 from projection import collectives, model, network, tensor_parallel  # noqa: E402
 
 GBPS, US, MS, MIB = 1e9, 1e-6, 1e-3, 2 ** 20
@@ -73,11 +73,7 @@ def test_without_single_in_the_file_tp_is_refused_saying_what_to_run():
 
 def test_a_real_run_of_single_and_tp_is_projected_and_tp_is_a_default_strategy(tmp_path):
     results = tmp_path / "r.json"
-    run = subprocess.run([os.path.join(BUILD, "ddpbench"), "--device", "cpu", "--world-size", "2", "--workload", "mlp",
-                          "--strategy", "single,tp", "--steps", "3", "--warmup", "1", "--repetitions", "1",
-                          "--batch", "16", "--dataset-size", "64", "--parity-steps", "0", "--json", str(results)],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    small_run(results, "single,tp")
     doc = json.load(open(results))
     assert "tp" in model.default_strategies(doc)
     (tp,) = [c for c in model.measured_cases(doc) if c.strategy == "tp"]

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import hostile
-from build_paths import BUILD, ROOT  # noqa: E402,F401
+from build_paths import BUILD, ROOT, small_run  # noqa: E402,F401
 sys.path.insert(0, ROOT)
 from reports import cases as report_cases  # noqa: E402
 from reports import charts, report  # noqa: E402
@@ -356,11 +356,7 @@ def test_memory_against_throughput_places_tp_and_pp_beside_ddp_from_a_real_run(t
     """The choice issue 45 asks the report to show: model parallelism (tp, pp) on the same chart as data
     parallelism, one point per layout, each at its rank 0's peak and its throughput."""
     results = tmp_path / "r.json"
-    run = subprocess.run([os.path.join(BUILD, "ddpbench"), "--device", "cpu", "--world-size", "2", "--workload", "mlp",
-                          "--strategy", "ddp,tp,pp", "--steps", "3", "--warmup", "1", "--repetitions", "1",
-                          "--batch", "16", "--dataset-size", "64", "--parity-steps", "0", "--json", str(results)],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    small_run(results, "ddp,tp,pp")
     cases = report_cases.collect_cases([("r", json.load(open(results)))])
     points = {c.strategy: (mib, tput) for c, mib, tput in charts.memory_throughput_points(cases)}
     assert set(points) == {"ddp", "tp", "pp"}
