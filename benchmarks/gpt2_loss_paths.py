@@ -9,7 +9,8 @@ step from what the rest of ddpbench's harness does:
   recompute  the fused loss as it was until 2026-11-27: forward keeps each token's log-sum-exp,
              backward recomputes each chunk's logits (the "before", kept here to measure the change)
 
-For each: the median of the timed repetitions (CUDA events on a GPU), the peak memory it added, and
+For each: the median of the timed repetitions (wall time of a forward and backward, the GPU waited for
+at its end by the loss's .item()), the peak memory it added, and
 with --kernels the GPU kernels that took most of its time (torch.profiler).
 
     benchmarks/gpt2_loss_paths.py [--device cuda] [--tokens 16384] [--width 768] [--vocab 50257]
