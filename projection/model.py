@@ -109,7 +109,7 @@ class Projector:
         p.assumptions.append(self.slowdown.describe())
         return p
 
-    def _comm_scale(self, case, world):
+    def comm_scale(self, case, world):
         return self.relative_contention(case, world) if self.network.transport_on_compute_cores else 1.0
 
     def _global_batch(self, case, world):
@@ -132,7 +132,7 @@ class Projector:
         k = self._backward_scale(case, world)
         return timelines.replay_buckets(buckets, k, case.phase("backward") * k,
                                         lambda nbytes: collective(self.network, nbytes, world), link,
-                                        self._comm_scale(case, world))
+                                        self.comm_scale(case, world))
 
     def ddp(self, case, world):
         k = self._compute_scale(case, world)
@@ -168,7 +168,7 @@ class Projector:
         link = self.network.copy_link
         replicate = collectives.broadcast(link, case.gradient_bytes, world)
         reduce = collectives.reduce(link, case.gradient_bytes, world)
-        copies = (replicate.seconds + reduce.seconds) * self._comm_scale(case, world)
+        copies = (replicate.seconds + reduce.seconds) * self.comm_scale(case, world)
         step = ((case.phase("data") + case.phase("scatter") + case.phase("forward") + case.phase("backward")) * k
                 + copies + case.phase("gather_loss") + case.phase("optimizer") + case.phase("residual"))
         return self.record(case, "dp", world, step, copies, None,
@@ -221,7 +221,7 @@ class Projector:
         gather_s = 0.0
         for nbytes in gathered:
             gather = collectives.all_gather(self.network, nbytes, world)
-            gather_s += link.send(gather) * self._comm_scale(case, world)
+            gather_s += link.send(gather) * self.comm_scale(case, world)
         exposed += gather_s
         moved = sum(b.nbytes for b in buckets) + sum(gathered)
         step = ((case.phase("data") + case.phase("forward")) * k + backward + exposed
@@ -244,7 +244,7 @@ class Projector:
         if case.strategy != "fsdp" or not case.units:
             raise ProjectionError(f"{case.name}: fsdp is projected from an fsdp case (its wrap units)")
         k = self._compute_scale(case, world)
-        scale = self._comm_scale(case, world)
+        scale = self.comm_scale(case, world)
         params = self._parameter_bytes(case)
         gradients = case.gradient_bytes or params
         assumptions = []

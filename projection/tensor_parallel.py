@@ -61,20 +61,20 @@ def project_tp(projector, case, world, single):
         raise ProjectionError(f"{case.name}: no all-reduce count or bytes in the file's comm object")
     each = case.comm_bytes_per_step / collectives_a_step
     one = collectives.allreduce(projector.network, each, world)
-    comm = one.seconds * collectives_a_step * (
-        projector.relative_contention(single, world) if projector.network.transport_on_compute_cores else 1.0)
+    comm = one.seconds * collectives_a_step * projector.comm_scale(single, world)
     held = 1 - parameter_share + parameter_share / world
-    step = (case.phase("data") + _compute(single) * (1 - compute_share + compute_share / world)
-            * projector.relative_contention(single, world) + comm
-            + single.phase("optimizer") * held * projector.relative_contention(single, world) + case.phase("residual"))
+    contention = projector.relative_contention(single, world)
+    step = (case.phase("data") + (_compute(single) * (1 - compute_share + compute_share / world)
+                                  + single.phase("optimizer") * held) * contention
+            + comm + case.phase("residual"))
     assumptions = [
         f"tp: {compute_share:.0%} of {single.name}'s compute split over the group (from {case.name}'s compute "
         f"against it), {parameter_share:.0%} of its parameters; the global batch as measured on every rank",
         f"tp: {collectives_a_step} all-reduce(s) a step of {each / 2**20:.2f} MiB each, as {case.name} made them, "
         f"all exposed"]
-    p = Projection(case.workload, "tp", world, nodes, "projected", step_ms=step * 1e3,
-                   samples_per_second=case.global_batch / step, from_case=case.name, comm_ms=comm * 1e3,
-                   exposed_comm_ms=comm * 1e3, algorithms=[one.algorithm], assumptions=assumptions)
+    p = projector.record(case, "tp", world, step, comm, comm, [one.algorithm], assumptions)
+    # tp splits the model, not the batch: the global batch is the case's at every world (as pp's).
+    p.samples_per_second = case.global_batch / step
     if single.memory and case.memory:
         kinds = ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes")
         p.memory_per_device_bytes = sum(single.memory[k] for k in kinds) * held + case.memory["other_bytes"]
