@@ -5,11 +5,15 @@
 // is held whole on every rank. A column layer's input passes through f (identity forward, its
 // gradient all-reduced backward), a row layer's partial output through g (all-reduced forward,
 // identity backward), so a column-row pair costs one all-reduce each way (Megatron-LM, arXiv
-// 1909.08053, section 3). Every rank then computes the same loss and the same gradients for what it
+// 1909.08053, section 3). A table split by vocabulary looks up the ids in its rows, zeros for the
+// others, and g sums them; the output layer split by vocabulary takes its input through f and gives
+// the rank's share of the logits to the vocabulary-parallel loss, whose two all-reduces are of a
+// number or two a row. Every rank then computes the same loss and the same gradients for what it
 // holds whole, so nothing else is reduced. The all-reduces block compute: they are timed as
 // comm_exposed, inside forward and backward.
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/functional/linear.h>
+#include <torch/nn/modules/embedding.h>
 
 #include <chrono>
 #include <unordered_map>
@@ -18,6 +22,7 @@
 #include "distributed/process_group.h"
 #include "strategies/rank_state.h"
 #include "strategies/strategy.h"
+#include "workloads/vocab_parallel_cross_entropy.h"
 
 namespace ddpbench {
 namespace {
@@ -35,14 +40,23 @@ class TensorParallelGroup {
     const bool widen = x.scalar_type() == torch::kBFloat16 && group_->kind() == DeviceKind::Cpu &&
                        !compat::gloo_sends_bf16();
     auto sum = widen ? x.detach().to(torch::kFloat) : x.detach().contiguous().clone();
+    reduce_in_place(sum, VocabReduce::Sum, what);
+    return widen ? sum.to(x.scalar_type()) : sum;
+  }
+
+  // `values` (contiguous, a type the backend sends) summed or maximised over the group in place.
+  void reduce_in_place(torch::Tensor& values, VocabReduce op, const char* what) {
     std::optional<PhaseRecorder::Scope> scope;
     if (phases_ != nullptr) scope.emplace(*phases_, Phase::CommExposed, what);
     const auto start = std::chrono::steady_clock::now();
-    group_->allreduce(sum, std::string("tp: ") + what);
+    if (op == VocabReduce::Max) {
+      group_->allreduce_max(values, std::string("tp: ") + what);
+    } else {
+      group_->allreduce(values, std::string("tp: ") + what);
+    }
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    bytes_ += sum.numel() * static_cast<std::int64_t>(sum.element_size());
+    bytes_ += values.numel() * static_cast<std::int64_t>(values.element_size());
     ++collectives_;
-    return widen ? sum.to(x.scalar_type()) : sum;
   }
 
   struct Traffic {
@@ -85,31 +99,41 @@ struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorPara
   }
 };
 
-// Where a rank's share of a split parameter sits in the whole: along `dim`, which holds `packed`
-// equal parts side by side (attention's Q, K and V), the rank's 1/t of each part.
+// Where this rank's share of a split parameter sits in the whole: along `dim`, which holds `packed`
+// equal parts side by side (attention's Q, K and V), features [first, first + count) of each part
+// (1/t of it, or a vocabulary's uneven share).
 struct Share {
   std::int64_t dim = 0, packed = 1;
-  int ranks = 1;
   std::vector<std::int64_t> whole_shape;
+  std::int64_t first = 0, count = 0;
 
+  // Rank `rank` of `ranks`' share of a parameter shaped `whole`.
+  static Share of(const torch::Tensor& whole, std::int64_t dim, std::int64_t packed, TensorParallelSplit split,
+                  int ranks, int rank) {
+    Share share{dim, packed, whole.sizes().vec()};
+    const std::int64_t part = whole.size(dim) / packed;
+    const auto v = split == TensorParallelSplit::Vocabulary ? vocabulary_share(part, ranks, rank)
+                                                            : VocabularyShare{rank * (part / ranks), part / ranks};
+    share.first = v.first;
+    share.count = v.count;
+    return share;
+  }
   std::vector<std::int64_t> held_shape() const {
     auto shape = whole_shape;
-    shape[static_cast<std::size_t>(dim)] /= ranks;
+    shape[static_cast<std::size_t>(dim)] = packed * count;
     return shape;
   }
-  // Rank `rank`'s share of `tensor` (the whole, or with held the share itself, rank 0 of it) as a
-  // view with `dim` unfolded into [packed, part]: what to copy from or into.
-  torch::Tensor in(const torch::Tensor& tensor, int rank, bool held = false) const {
+  // The share within `tensor` (the whole, or with held the share itself) as a view with `dim`
+  // unfolded into [packed, part]: what to copy from or into.
+  torch::Tensor in(const torch::Tensor& tensor, bool held = false) const {
     auto unfolded = held ? held_shape() : whole_shape;
-    const std::int64_t part = unfolded[static_cast<std::size_t>(dim)] / packed;
-    unfolded[static_cast<std::size_t>(dim)] = part;
+    unfolded[static_cast<std::size_t>(dim)] /= packed;
     unfolded.insert(unfolded.begin() + dim, packed);
-    const std::int64_t share = held ? part : part / ranks;
-    return tensor.view(unfolded).narrow(dim + 1, rank * share, share);
+    return tensor.view(unfolded).narrow(dim + 1, held ? 0 : first, count);
   }
 };
 
-class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
+class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
  protected:
   std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
                                                    const StrategyOptions&) const override {
@@ -138,7 +162,7 @@ class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
     workload_ = &setup.workload;
     global_batch_ = setup.spec.global_batch;
     shard_planned_layers();
-    model_->set_linear_hooks(this);
+    model_->set_layer_hooks(this);
     optimizer_ = setup.make_optimizer(model_->trainable_parameters());
     precision_ = setup.precision;
     scaler_ = LossScaler(precision_);
@@ -168,7 +192,6 @@ class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
   // the rest as held. Only the parity check asks.
   std::vector<torch::Tensor> do_trained_parameters() override {
     torch::NoGradGuard no_grad;
-    const int rank = group_->rank();
     std::vector<torch::Tensor> out;
     for (const auto& p : model_->distinct_parameters()) {
       const auto found = shards_.find(p.unsafeGetTensorImpl());
@@ -178,7 +201,7 @@ class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
       }
       const Share& share = found->second;
       auto whole = torch::zeros(share.whole_shape, p.options());
-      share.in(whole, rank).copy_(share.in(p, 0, /*held=*/true));
+      share.in(whole).copy_(share.in(p, /*held=*/true));
       group_->allreduce(whole, "tp: gathering the trained parameters");
       out.push_back(whole);
     }
@@ -208,10 +231,11 @@ class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
   void shard_planned_layers() {
     torch::NoGradGuard no_grad;
     const int t = group_->size(), rank = group_->rank();
-    const auto keep_share = [&](torch::Tensor& p, std::int64_t dim, std::int64_t packed) {
-      const Share share{dim, packed, t, p.sizes().vec()};
-      p.set_data(share.in(p, rank).clone(at::MemoryFormat::Contiguous).view(share.held_shape()));
+    const auto keep_share = [&](torch::Tensor& p, std::int64_t dim, std::int64_t packed, TensorParallelSplit split) {
+      const Share share = Share::of(p, dim, packed, split, t, rank);
+      p.set_data(share.in(p).clone(at::MemoryFormat::Contiguous).view(share.held_shape()));
       shards_[p.unsafeGetTensorImpl()] = share;
+      return share;
     };
     for (auto planned : model_->tensor_parallel_plan()) {
       const auto why = TensorParallelLayerShape{planned.name, planned.split, planned.weight.size(1),
@@ -219,13 +243,24 @@ class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
                            .why_not_split(t);
       if (!why.empty()) throw CaseFailure("tp: " + why);
       // set_data keeps each tensor's identity: the model's own members now hold the shares.
-      if (planned.split == TensorParallelSplit::Column) {
-        keep_share(planned.weight, 0, planned.packed);
-        if (planned.bias.defined() && planned.bias.numel() > 0) keep_share(planned.bias, 0, planned.packed);
-      } else {
-        keep_share(planned.weight, 1, planned.packed);
+      const bool has_bias = planned.bias.defined() && planned.bias.numel() > 0;
+      switch (planned.split) {
+        case TensorParallelSplit::Column:
+          keep_share(planned.weight, 0, planned.packed, planned.split);
+          if (has_bias) keep_share(planned.bias, 0, planned.packed, planned.split);
+          held_[planned.weight.unsafeGetTensorImpl()] = planned.split;
+          break;
+        case TensorParallelSplit::Row:
+          keep_share(planned.weight, 1, planned.packed, planned.split);
+          held_[planned.weight.unsafeGetTensorImpl()] = planned.split;
+          break;
+        case TensorParallelSplit::Vocabulary: {
+          const Share share = keep_share(planned.weight, 0, 1, planned.split);
+          if (has_bias) keep_share(planned.bias, 0, 1, planned.split);
+          vocabulary_first_[planned.weight.unsafeGetTensorImpl()] = share.first;
+          break;
+        }
       }
-      held_[planned.weight.unsafeGetTensorImpl()] = planned.split;
     }
   }
 
@@ -242,13 +277,43 @@ class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
     return has_bias ? whole + bias : whole;
   }
 
+  // A table split by vocabulary: the ids in this rank's rows looked up, zeros for the others, summed
+  // over the group (Megatron's VocabParallelEmbedding).
+  torch::Tensor embedding(torch::nn::EmbeddingImpl& table, const torch::Tensor& ids) override {
+    const auto found = vocabulary_first_.find(table.weight.unsafeGetTensorImpl());
+    if (found == vocabulary_first_.end()) return table.forward(ids);
+    const std::int64_t first = found->second, count = table.weight.size(0);
+    const auto outside = ids.lt(first).logical_or(ids.ge(first + count));
+    const auto rows = torch::embedding(table.weight, (ids - first).masked_fill(outside, 0));
+    return ReduceFromTensorParallel::apply(rows.masked_fill(outside.unsqueeze(-1), 0), &tp_);
+  }
+
+  // An output layer split by vocabulary: its input through f, this rank's share of the logits, the
+  // loss on the shares (workloads/vocab_parallel_cross_entropy.h), so no rank holds whole logits.
+  torch::Tensor output_loss(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& hidden,
+                            const torch::Tensor& targets,
+                            const std::function<torch::Tensor()>& as_the_workload_computes) override {
+    const auto found = vocabulary_first_.find(weight.unsafeGetTensorImpl());
+    if (found == vocabulary_first_.end()) return as_the_workload_computes();
+    const auto flat = hidden.reshape({-1, hidden.size(-1)});
+    const auto input = flat.requires_grad() ? CopyToTensorParallel::apply(flat, &tp_) : flat;
+    const bool has_bias = bias.defined() && bias.numel() > 0;
+    const auto logits = torch::nn::functional::linear(input, weight, has_bias ? bias : torch::Tensor());
+    const VocabAllReduce all_reduce = [this](torch::Tensor& values, VocabReduce op) {
+      tp_.reduce_in_place(values, op, "all-reduce loss");
+    };
+    return vocab_parallel_cross_entropy(logits, targets.reshape({-1}), found->second, all_reduce);
+  }
+
   ProcessGroupContext* group_ = nullptr;
   TensorParallelGroup tp_;
   const Workload* workload_ = nullptr;
   std::int64_t global_batch_ = 1;
   c10::Device device_{c10::kCPU};
   ModelPtr model_;
-  std::unordered_map<const void*, TensorParallelSplit> held_;  // each planned layer's, by its weight's TensorImpl
+  std::unordered_map<const void*, TensorParallelSplit> held_;  // each column or row layer's, by its weight's TensorImpl
+  // Each weight split by vocabulary (a table, an output layer), by its TensorImpl: this rank's first row.
+  std::unordered_map<const void*, std::int64_t> vocabulary_first_;
   std::unordered_map<const void*, Share> shards_;  // each split parameter's, by its TensorImpl
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   Precision precision_ = Precision::Fp32;
@@ -259,7 +324,8 @@ class TensorParallelStrategy final : public Strategy, private LinearCallHooks {
 }  // namespace
 
 DDPBENCH_REGISTER_STRATEGY({"tp", "tensor parallelism (Megatron): each planned linear layer split over the ranks by "
-                            "columns or rows, one all-reduce forward and one backward a column-row pair",
+                            "columns or rows (one all-reduce forward and one backward a column-row pair), the "
+                            "embedding and the output layer by vocabulary",
                             9, /*uses_all_devices=*/true, [] { return std::make_unique<TensorParallelStrategy>(); },
                             /*multi_process=*/true, /*asynchronous=*/false, /*one_cuda_device=*/false,
                             /*needs_chain=*/false, /*needs_tensor_parallel_plan=*/true});

@@ -111,11 +111,7 @@ class Gpt2Model final : public WorkloadModel {
   // input: [batch, tokens] token ids; output: [batch, tokens, vocab] logits.
   torch::Tensor forward(const torch::Tensor& input) override { return forward_range(input, 0, blocks.size()); }
   // The last LayerNorm's output, [batch, tokens, width]: what the output projection reads.
-  torch::Tensor features(const torch::Tensor& input) {
-    auto h = chain_head(input);
-    for (std::size_t i = 0; i < blocks.size(); ++i) h = call_unit(i, [&] { return chain_unit(i, h); });
-    return ln_f->forward(h);
-  }
+  torch::Tensor features(const torch::Tensor& input) { return ln_f->forward(forward_before_tail(input)); }
   // A chain of its blocks: the embeddings before, the last LayerNorm and the tied output projection
   // after, so the token embedding's weight is used at both ends.
   std::size_t chain_length() const override { return blocks.size(); }
@@ -132,11 +128,12 @@ class Gpt2Model final : public WorkloadModel {
     for (std::size_t i = 0; i < blocks.size(); ++i) units.push_back({"h" + std::to_string(i), blocks[i]->parameters()});
     return units;
   }
-  // Each block's attention and MLP split as Megatron splits them. The embeddings, the last
-  // LayerNorm and the tied output projection are held whole on every rank for now (the
-  // vocabulary-parallel embedding and loss are not built: issue 45).
+  // Megatron's plan: the token embedding, and with it the tied output projection, split by
+  // vocabulary (the loss on each rank's share of the logits); each block's attention and MLP split
+  // as above; the position table and the LayerNorms whole on every rank.
   std::vector<TensorParallelLayer> tensor_parallel_plan() override {
     std::vector<TensorParallelLayer> plan;
+    plan.push_back({"wte", wte->weight, torch::Tensor(), TensorParallelSplit::Vocabulary});
     for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i]->add_tensor_parallel_plan("h" + std::to_string(i), plan);
     return plan;
   }
@@ -145,7 +142,7 @@ class Gpt2Model final : public WorkloadModel {
 
  protected:
   torch::Tensor chain_head(const torch::Tensor& input) override {
-    return wte->forward(input) + wpe->forward(torch::arange(input.size(1), input.options())).unsqueeze(0);
+    return call_embedding(*wte, input) + wpe->forward(torch::arange(input.size(1), input.options())).unsqueeze(0);
   }
   torch::Tensor chain_unit(std::size_t i, const torch::Tensor& h) override { return blocks[i]->forward(h, *this); }
   // Tied output projection: the token embedding's own weight, so one parameter gets both gradients.
@@ -204,15 +201,20 @@ class Gpt2Workload final : public Workload {
   // The output projection and the loss fused, in chunks of tokens: the [tokens, 50257] fp32 logits
   // (3.3 GB at 16 x 1024 tokens, and as much again for their gradient) are never whole; one chunk
   // of at most kLogitsChunkBytes is. dp, which gathers outputs, still gets the logits from forward.
-  // --gpt2-loss plain takes forward's whole logits instead, as PyTorch's eager loop does: the
-  // same arithmetic to within rounding, so the two paths' time and memory can be told apart.
+  // --gpt2-loss plain takes the whole logits instead, as PyTorch's eager loop does: the same
+  // arithmetic to within rounding, so the two paths' time and memory can be told apart. Under tp
+  // the output projection is split by vocabulary and the loss taken on each rank's share.
   torch::Tensor forward_loss(WorkloadModel& model, const torch::Tensor& input, const torch::Tensor& target) const override {
     auto* gpt2 = dynamic_cast<Gpt2Model*>(&model);
-    if (gpt2 == nullptr || workload_settings().gpt2_plain_loss) return Workload::forward_loss(model, input, target);
+    if (gpt2 == nullptr) return Workload::forward_loss(model, input, target);
     const auto hidden = gpt2->features(input);
     const Gpt2Size& size = gpt2->size();
-    return chunked_linear_cross_entropy(hidden.reshape({-1, size.width}), gpt2->output_weight(), target.reshape({-1}),
-                                        chunk_rows_for(size.vocab, kLogitsChunkBytes));
+    const auto& weight = gpt2->output_weight();
+    return model.call_output_loss(weight, torch::Tensor(), hidden, target, [&] {
+      if (workload_settings().gpt2_plain_loss) return loss(torch::matmul(hidden, weight.t()), target);
+      return chunked_linear_cross_entropy(hidden.reshape({-1, size.width}), weight, target.reshape({-1}),
+                                          chunk_rows_for(size.vocab, kLogitsChunkBytes));
+    });
   }
 };
 

@@ -45,12 +45,15 @@ class TransformerModel final : public DefaultConstructedModel<TransformerModel> 
     return p;
   }
   std::vector<torch::Tensor> chain_tail_parameters() override { return head->parameters(); }
-  // Megatron's plan for each encoder layer: attention by heads (the fused Q, K, V projection by
-  // columns, whole heads a rank; the output projection by rows), the feed-forward by columns then
-  // rows; the LayerNorms, embeddings and head whole.
+  // Megatron's plan: the token embedding and the head split by vocabulary (the loss on each rank's
+  // share of the logits); each encoder layer's attention by heads (the fused Q, K, V projection by
+  // columns, whole heads a rank; the output projection by rows), its feed-forward by columns then
+  // rows; the position table and the LayerNorms whole.
   std::vector<TensorParallelLayer> tensor_parallel_plan() override {
     using S = TensorParallelSplit;
     std::vector<TensorParallelLayer> plan;
+    plan.push_back({"tokens", tokens->weight, torch::Tensor(), S::Vocabulary});
+    plan.push_back(planned_linear("head", *head, S::Vocabulary));
     for (std::size_t i = 0; i < encoder->layers->size(); ++i) {
       auto& layer = encoder->layers->at<torch::nn::TransformerEncoderLayerImpl>(i);
       const std::string name = "layer" + std::to_string(i);
@@ -61,6 +64,13 @@ class TransformerModel final : public DefaultConstructedModel<TransformerModel> 
       plan.push_back(planned_linear(name + ".linear2", *layer.linear2, S::Row));
     }
     return plan;
+  }
+  // The head and the loss in one, on what the last layer gives (batch-first): the loss of forward's
+  // logits, or under tp each rank's share of them (call_output_loss).
+  torch::Tensor loss(const torch::Tensor& input, const torch::Tensor& target) {
+    const auto hidden = forward_before_tail(input).transpose(0, 1);
+    return call_output_loss(head->weight, head->bias, hidden, target,
+                            [&] { return cross_entropy(head->forward(hidden), target); });
   }
   // Each encoder layer a unit; the embeddings and the head are the root's.
   std::vector<WrapUnit> wrap_units() override {
@@ -73,7 +83,7 @@ class TransformerModel final : public DefaultConstructedModel<TransformerModel> 
  protected:
   torch::Tensor chain_head(const torch::Tensor& input) override {
     auto pos = torch::arange(input.size(1), input.options());
-    return (tokens->forward(input) + positions->forward(pos).unsqueeze(0)).transpose(0, 1);
+    return (call_embedding(*tokens, input) + positions->forward(pos).unsqueeze(0)).transpose(0, 1);
   }
   // LibTorch's TransformerEncoderLayer::forward written out as the same function (post-norm, ReLU,
   // MultiheadAttention as F::multi_head_attention_forward computes it on one tensor for query, key
@@ -128,6 +138,10 @@ class TransformerWorkload final : public Workload {
   }
   Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
     return next_token_dataset(size, seed, kVocab, kSequence);
+  }
+  torch::Tensor forward_loss(WorkloadModel& model, const torch::Tensor& input, const torch::Tensor& target) const override {
+    auto* transformer = dynamic_cast<TransformerModel*>(&model);
+    return transformer == nullptr ? Workload::forward_loss(model, input, target) : transformer->loss(input, target);
   }
   double flops_per_sample() const override {
     const double per_layer = 4.0 * kEmbed * kEmbed            // q, k, v and output projections

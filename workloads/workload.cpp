@@ -2,6 +2,7 @@
 
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/functional/linear.h>
+#include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
@@ -48,10 +49,27 @@ std::vector<torch::Tensor> each_tensor_once(const std::vector<torch::Tensor>& te
 
 }  // namespace
 
-const char* to_string(TensorParallelSplit split) { return split == TensorParallelSplit::Column ? "column" : "row"; }
+const char* to_string(TensorParallelSplit split) {
+  switch (split) {
+    case TensorParallelSplit::Column: return "column";
+    case TensorParallelSplit::Row: return "row";
+    case TensorParallelSplit::Vocabulary: return "vocabulary";
+  }
+  return "?";
+}
+
+VocabularyShare vocabulary_share(std::int64_t features, int ranks, int rank) {
+  const std::int64_t base = features / ranks, longer = features % ranks;
+  return {rank * base + std::min<std::int64_t>(rank, longer), base + (rank < longer ? 1 : 0)};
+}
 
 std::string TensorParallelLayerShape::why_not_split(int ranks) const {
   const std::int64_t features = split_features();
+  if (split == TensorParallelSplit::Vocabulary) {
+    if (ranks > 0 && features >= ranks) return "";
+    return name + "'s vocabulary of " + std::to_string(features) + " does not give each of " + std::to_string(ranks) +
+           " ranks a row";
+  }
   const std::int64_t part = packed > 0 ? features / packed : features;
   if (ranks > 0 && packed > 0 && granule > 0 && features % packed == 0 && part % (granule * ranks) == 0) return "";
   std::string what = std::to_string(features) + (split == TensorParallelSplit::Column ? " outputs" : " inputs");
@@ -71,7 +89,18 @@ torch::Tensor WorkloadModel::call_linear(torch::nn::LinearImpl& layer, const tor
 }
 
 torch::Tensor WorkloadModel::call_linear(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& x) {
-  return linear_hooks_ == nullptr ? torch::nn::functional::linear(x, weight, bias) : linear_hooks_->linear(weight, bias, x);
+  return layer_hooks_ == nullptr ? torch::nn::functional::linear(x, weight, bias) : layer_hooks_->linear(weight, bias, x);
+}
+
+torch::Tensor WorkloadModel::call_embedding(torch::nn::EmbeddingImpl& table, const torch::Tensor& ids) {
+  return layer_hooks_ == nullptr ? table.forward(ids) : layer_hooks_->embedding(table, ids);
+}
+
+torch::Tensor WorkloadModel::call_output_loss(const torch::Tensor& weight, const torch::Tensor& bias,
+                                              const torch::Tensor& hidden, const torch::Tensor& targets,
+                                              const std::function<torch::Tensor()>& as_the_workload_computes) {
+  if (layer_hooks_ == nullptr) return as_the_workload_computes();
+  return layer_hooks_->output_loss(weight, bias, hidden, targets, as_the_workload_computes);
 }
 
 torch::Tensor WorkloadModel::chain_unit(std::size_t, const torch::Tensor&) {
@@ -88,6 +117,14 @@ torch::Tensor WorkloadModel::forward_range(const torch::Tensor& x, std::size_t b
   torch::Tensor h = begin == 0 ? chain_head(x) : x;
   for (std::size_t i = begin; i < end; ++i) h = call_unit(i, [&] { return chain_unit(i, h); });
   return end == n ? chain_tail(h) : h;
+}
+
+torch::Tensor WorkloadModel::forward_before_tail(const torch::Tensor& input) {
+  const std::size_t n = chain_length();
+  if (n == 0) throw std::logic_error("forward_before_tail on a model that is no chain: " + chain_refusal());
+  torch::Tensor h = chain_head(input);
+  for (std::size_t i = 0; i < n; ++i) h = call_unit(i, [&] { return chain_unit(i, h); });
+  return h;
 }
 
 std::vector<torch::Tensor> WorkloadModel::distinct_parameters() const { return each_tensor_once(parameters()); }

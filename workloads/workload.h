@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -69,21 +70,28 @@ class WorkloadModel : public torch::nn::Module {
   // default, and then call_unit costs one null test.
   void set_unit_hooks(UnitCallHooks* hooks) { unit_hooks_ = hooks; }
 
-  // Megatron's tensor parallelism (workloads/tensor_parallel_plan.h): the linear layers a tp group
-  // splits, each run through call_linear, a column layer's output reaching only elementwise work
-  // before the row layer that takes it. Empty (the default): no plan, and tensor_parallel_refusal()
-  // says why, for tp to refuse the model in one line.
+  // Megatron's tensor parallelism (workloads/tensor_parallel_plan.h): the layers a tp group splits,
+  // each linear layer run through call_linear (a column layer's output reaching only elementwise
+  // work before the row layer that takes it), each embedding through call_embedding and the output
+  // layer with the loss through call_output_loss. Empty (the default): no plan, and
+  // tensor_parallel_refusal() says why, for tp to refuse the model in one line.
   virtual std::vector<TensorParallelLayer> tensor_parallel_plan() { return {}; }
   virtual std::string tensor_parallel_refusal() const {
     return "it states no tensor-parallel plan (which linear layers split by columns, which by rows)";
   }
-  // Installed by tp for as long as it runs the model; nothing by default, and then call_linear costs
-  // one null test.
-  void set_linear_hooks(LinearCallHooks* hooks) { linear_hooks_ = hooks; }
-  // x Wᵀ + b (layer.forward(x)), or what the installed linear hooks run in its place. Public, for
-  // the submodules a model's forward runs (gpt2's blocks) to call.
+  // Installed by tp for as long as it runs the model; nothing by default, and then each call_ below
+  // costs one null test. Public, for the submodules a model's forward runs (gpt2's blocks) to call.
+  void set_layer_hooks(LayerCallHooks* hooks) { layer_hooks_ = hooks; }
+  // x Wᵀ + b (layer.forward(x)), or what the installed hooks run in its place.
   torch::Tensor call_linear(torch::nn::LinearImpl& layer, const torch::Tensor& x);
   torch::Tensor call_linear(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& x);
+  // table.forward(ids), or what the installed hooks run in its place.
+  torch::Tensor call_embedding(torch::nn::EmbeddingImpl& table, const torch::Tensor& ids);
+  // The output layer (weight, bias: logits = hidden Wᵀ + b) and the loss against targets in one:
+  // as_the_workload_computes(), or, under hooks that split the weight by vocabulary, the loss on
+  // each rank's share of the logits.
+  torch::Tensor call_output_loss(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& hidden,
+                                 const torch::Tensor& targets, const std::function<torch::Tensor()>& as_the_workload_computes);
 
   // The model as a chain, what a pipeline cuts between stages: input -> chain_head -> unit 0 -> ...
   // -> unit n-1 -> chain_tail -> output, unit i being wrap_units()[i]'s computation. A chain model
@@ -101,6 +109,9 @@ class WorkloadModel : public torch::nn::Module {
   // through call_unit. Throws std::logic_error on a model that is no chain, an empty range or one
   // outside the chain.
   torch::Tensor forward_range(const torch::Tensor& x, std::size_t begin, std::size_t end);
+  // The whole chain but its tail: what the output layer reads, for a workload that runs the output
+  // layer with its loss (call_output_loss). Throws std::logic_error on a model that is no chain.
+  torch::Tensor forward_before_tail(const torch::Tensor& input);
 
  protected:
   // A chain's parts (see chain_length): what comes before the first unit, unit `unit`'s own
@@ -122,7 +133,7 @@ class WorkloadModel : public torch::nn::Module {
 
  private:
   UnitCallHooks* unit_hooks_ = nullptr;
-  LinearCallHooks* linear_hooks_ = nullptr;
+  LayerCallHooks* layer_hooks_ = nullptr;
 };
 
 // The fresh_instance() of a model built by its default constructor.

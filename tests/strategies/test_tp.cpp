@@ -1,6 +1,7 @@
 // tp: whole runs of real rank processes. Parity with single in float64 at world 2 and 4 on mlp
 // (split by columns, rows, columns, rows), transformer and gpt2 (attention by heads, the MLP by
-// columns then rows); each rank's parameters (mlp: gradients and optimizer state too) its shares of the split
+// columns then rows, the embedding and output layer by vocabulary; gpt2 at world 3 too, unevenly);
+// each rank's parameters (mlp: gradients and optimizer state too) its shares of the split
 // layers and the whole of the rest, to the byte; the bytes all-reduced a step against Megatron's
 // count, timed as comm_exposed; what tp cannot split, skipped saying why.
 #include <gtest/gtest.h>
@@ -72,16 +73,23 @@ TEST_P(TpWorld, MatchesSingleHoldsItsSharesAndAllReducesWhatMegatronCounts) {
 INSTANTIATE_TEST_SUITE_P(Worlds, TpWorld, ::testing::Values(2, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
-// gpt2 at a test's size (--gpt2-size 2:4:64:512: 2 blocks, 4 heads of 16, width 64, vocabulary 512;
-// 8 tokens a sample): each block's attention by heads and its MLP by columns then rows, the
-// embeddings, LayerNorms and the tied output projection whole.
-class TpGpt2 : public ::testing::TestWithParam<int> {};
+// gpt2 at a test's size (2 blocks of heads of 16, 8 tokens a sample): the token embedding, and with
+// it the tied output projection, split by vocabulary with the loss on the split logits; each
+// block's attention by heads and its MLP by columns then rows; the position table and LayerNorms
+// whole. World 3 splits a vocabulary of 509 unevenly (170, 170, 169 rows).
+struct Gpt2Geometry {
+  int world;
+  std::int64_t heads, width, vocab;
+};
 
-TEST_P(TpGpt2, AttentionByHeadsAndTheMlpMatchSingleHoldTheirSharesAndAllReduceFourTimesABlock) {
-  const int t = GetParam();
+class TpGpt2 : public ::testing::TestWithParam<Gpt2Geometry> {};
+
+TEST_P(TpGpt2, MatchesSingleHoldsItsSharesOfTheVocabularyAndTheBlocksAndAllReducesWhatMegatronCounts) {
+  const auto [t, heads, w, vocab] = GetParam();
+  const std::string size = "2:" + std::to_string(heads) + ":" + std::to_string(w) + ":" + std::to_string(vocab);
   ScratchDir dir;
   const auto r = run_process(tp_run(dir.file("r.json"), {"--strategy", "tp", "--world-size", std::to_string(t),
-                                                         "--workload", "gpt2", "--gpt2-size", "2:4:64:512", "--seq-len",
+                                                         "--workload", "gpt2", "--gpt2-size", size, "--seq-len",
                                                          "8", "--batch", "2", "--dataset-size", "8", "--parity-steps", "2"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json doc = json::parse(read_text(dir.file("r.json")));
@@ -91,25 +99,37 @@ TEST_P(TpGpt2, AttentionByHeadsAndTheMlpMatchSingleHoldTheirSharesAndAllReduceFo
   ASSERT_EQ(d["status"], "ok") << d["reason"];
   EXPECT_LE(d["parity"]["max_rel_param_diff"].get<double>(), 1e-9);
   EXPECT_TRUE(d["parity"]["within_tolerance"].get<bool>());
-  const std::int64_t w = 64, whole = 512 * w + 1024 * w + 2 * w;
-  // A block: two LayerNorms, the row layers' biases whole; c_attn (Q, K, V), attn_proj, c_fc and
-  // mlp_proj split.
+  // Whole: the 1024 positions and ln_f. A block: two LayerNorms and the row layers' biases whole;
+  // c_attn (Q, K, V), attn_proj, c_fc and mlp_proj split. The token table: the rank's rows.
+  const std::int64_t whole = 1024 * w + 2 * w;
   const std::int64_t block = 4 * w + 2 * w + (w * 3 * w + 3 * w + w * w + w * 4 * w + 4 * w + 4 * w * w) / t;
-  for (const auto& m : d["memory"]) EXPECT_EQ(m["parameter_bytes"].get<std::int64_t>(), (whole + 2 * block) * 4) << m.dump();
-  // Forward: attn_proj's and mlp_proj's partial sums; backward: c_attn's and c_fc's input
-  // gradients. Four all-reduces of [2, 8, 64] floats a block.
-  EXPECT_EQ(d["comm"]["buckets"].get<int>(), 4 * 2) << d["comm"].dump();
-  EXPECT_EQ(d["comm"]["bytes_per_step"].get<std::int64_t>(), 4LL * 2 * (2 * 8 * w) * 4) << d["comm"].dump();
+  ASSERT_EQ(d["memory"].size(), static_cast<std::size_t>(t));
+  for (int rank = 0; rank < t; ++rank) {
+    const std::int64_t rows = vocab / t + (rank < vocab % t ? 1 : 0);
+    EXPECT_EQ(d["memory"][rank]["parameter_bytes"].get<std::int64_t>(), (whole + 2 * block + rows * w) * 4)
+        << "rank " << rank << ": " << d["memory"][rank].dump();
+  }
+  // A block: attn_proj's and mlp_proj's partial sums forward, c_attn's and c_fc's input gradients
+  // backward, each [2, 8, w] floats. Then the embedding's lookups forward and the output
+  // projection's input gradient backward, the same size, and the loss's two of a number or two a
+  // token: each token's maximum logit, then its target's logit with its sum of exponentials.
+  const std::int64_t activation = 2 * 8 * w * 4, tokens = 2 * 8;
+  EXPECT_EQ(d["comm"]["buckets"].get<int>(), 4 * 2 + 2 + 2) << d["comm"].dump();
+  EXPECT_EQ(d["comm"]["bytes_per_step"].get<std::int64_t>(), (4 * 2 + 2) * activation + tokens * 4 + 2 * tokens * 4)
+      << d["comm"].dump();
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, TpGpt2, ::testing::Values(2, 4),
-                         [](const auto& info) { return "world" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Worlds, TpGpt2,
+                         ::testing::Values(Gpt2Geometry{2, 4, 64, 512}, Gpt2Geometry{3, 3, 48, 509},
+                                           Gpt2Geometry{4, 4, 64, 512}),
+                         [](const auto& info) { return "world" + std::to_string(info.param.world); });
 
 // transformer: LibTorch's encoder layers written out (test_workloads.cpp holds them to the layers'
-// own forward), each layer's attention by heads and its feed-forward by columns then rows.
+// own forward), each layer's attention by heads and its feed-forward by columns then rows, the
+// token table and the head by vocabulary.
 class TpTransformer : public ::testing::TestWithParam<int> {};
 
-TEST_P(TpTransformer, AttentionByHeadsAndTheFeedForwardMatchSingleAndHoldTheirShares) {
+TEST_P(TpTransformer, AttentionByHeadsTheFeedForwardAndTheVocabularyMatchSingleAndHoldTheirShares) {
   const int t = GetParam();
   ScratchDir dir;
   const auto r = run_process(tp_run(dir.file("r.json"), {"--strategy", "tp", "--world-size", std::to_string(t),
@@ -123,13 +143,16 @@ TEST_P(TpTransformer, AttentionByHeadsAndTheFeedForwardMatchSingleAndHoldTheirSh
   ASSERT_EQ(d["status"], "ok") << d["reason"];
   EXPECT_LE(d["parity"]["max_rel_param_diff"].get<double>(), 1e-9);
   EXPECT_TRUE(d["parity"]["within_tolerance"].get<bool>());
-  // Vocabulary 1000, width 128, 2 layers, feed-forward 512, 64 positions.
-  const std::int64_t e = 128, ff = 512, whole = 1000 * e + 64 * e + e * 1000 + 1000;
+  // Vocabulary 1000, width 128, 2 layers, feed-forward 512, 64 positions (whole); the token table
+  // and the head (weight and bias) 1/t each.
+  const std::int64_t e = 128, ff = 512, whole = 64 * e + (1000 * e + e * 1000 + 1000) / t;
   const std::int64_t layer = 4 * e + 2 * e + (3 * e * e + 3 * e + e * e + e * ff + ff + ff * e) / t;
   for (const auto& m : d["memory"]) EXPECT_EQ(m["parameter_bytes"].get<std::int64_t>(), (whole + 2 * layer) * 4) << m.dump();
-  // Four all-reduces of [64, 2, 128] floats a layer.
-  EXPECT_EQ(d["comm"]["buckets"].get<int>(), 4 * 2) << d["comm"].dump();
-  EXPECT_EQ(d["comm"]["bytes_per_step"].get<std::int64_t>(), 4LL * 2 * (64 * 2 * e) * 4) << d["comm"].dump();
+  // Four all-reduces of [64, 2, 128] floats a layer, the embedding's and the head's input
+  // gradient's of the same size, and the loss's two of 128 tokens' numbers.
+  EXPECT_EQ(d["comm"]["buckets"].get<int>(), 4 * 2 + 2 + 2) << d["comm"].dump();
+  EXPECT_EQ(d["comm"]["bytes_per_step"].get<std::int64_t>(), (4 * 2 + 2) * (64 * 2 * e) * 4 + 3 * 128 * 4)
+      << d["comm"].dump();
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, TpTransformer, ::testing::Values(2, 4),

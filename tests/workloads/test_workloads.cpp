@@ -331,6 +331,37 @@ TEST(Workloads, TransformersWrittenOutLayersAreLibTorchsEncoderLayers) {
   }
 }
 
+// transformer runs its head with its loss (call_output_loss, so that tp can split the head by
+// vocabulary): without hooks, forward's logits then the workload's loss, the same bits.
+TEST(Workloads, TransformersForwardLossIsItsLossOfForwardsLogits) {
+  const auto& transformer = WorkloadRegistry::instance().get("transformer");
+  const auto data = transformer.make_dataset(3, 1);
+  torch::manual_seed(1);
+  auto model = transformer.make_model();
+  EXPECT_TRUE(torch::equal(transformer.forward_loss(*model, data.inputs, data.targets),
+                           transformer.loss(model->forward(data.inputs), data.targets)));
+}
+
+TEST(TensorParallelPlan, AVocabularySplitsIntoSharesThatDifferByARowAtMostAndNeedsARowARank) {
+  // GPT-2's 50257 over 4: 12565, then 12564 three times, end to end.
+  std::int64_t next = 0;
+  for (int r = 0; r < 4; ++r) {
+    const auto share = vocabulary_share(50257, 4, r);
+    EXPECT_EQ(share.first, next) << "rank " << r;
+    EXPECT_EQ(share.count, r == 0 ? 12565 : 12564) << "rank " << r;
+    next += share.count;
+  }
+  EXPECT_EQ(next, 50257);
+  EXPECT_EQ(vocabulary_share(512, 4, 3).first, 384);
+  EXPECT_EQ(vocabulary_share(512, 4, 3).count, 128);
+  const TensorParallelLayerShape table{"wte", TensorParallelSplit::Vocabulary, 64, 509};
+  EXPECT_EQ(table.split_features(), 509);
+  EXPECT_EQ(table.why_not_split(3), "");
+  EXPECT_EQ(TensorParallelLayerShape({"tiny", TensorParallelSplit::Vocabulary, 64, 2}).why_not_split(3),
+            "tiny's vocabulary of 2 does not give each of 3 ranks a row");
+  EXPECT_STREQ(to_string(TensorParallelSplit::Vocabulary), "vocabulary");
+}
+
 TEST(Workloads, UnknownNameIsAUsageError) {
   EXPECT_THROW(WorkloadRegistry::instance().get("resnet"), std::exception);
 }
