@@ -295,6 +295,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                  "fsdp: on (default) frees each unit's gathered parameters after its forward and gathers them again "
                  "for backward (FULL_SHARD); off keeps them until its backward (SHARD_GRAD_OP)");
   app.add_flag("--no-prefetch", no_prefetch, "fsdp: all-gather each unit when it runs, not while the one before it computes");
+  bool sequence_parallel = false;
+  app.add_flag("--sequence-parallel", sequence_parallel,
+               "tp: each block's all-reduces become a reduce-scatter into shares of the sequence and an all-gather "
+               "back, the LayerNorms and residual adds on the rank's share (Megatron's sequence parallelism)");
   app.add_flag("--grad-as-bucket-view", grad_as_bucket_view, "ddp: gradients live in the buckets (no copies)");
   app.add_flag("--sync-bn", sync_bn, "ddp: BatchNorm statistics over the global batch (SyncBatchNorm)");
   app.add_option("--checkpoint", checkpoint, "ddp: rank 0 saves the model here (loadable by torch::load)");
@@ -463,6 +467,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (given && !runs_any_of({"fsdp"})) {
       throw UsageError(std::string(flag) + ": applies to fsdp only, which --strategy does not include");
     }
+  }
+  r.strategy.tp.sequence_parallel = sequence_parallel;
+  if (sequence_parallel && !runs_any_of({"tp"})) {
+    throw UsageError("--sequence-parallel: applies to tp only, which --strategy does not include");
   }
   const bool runs_ddp = runs_any_of({"ddp"});
   const std::vector<std::pair<const char*, bool>> ddp_flags = {{"--grad-as-bucket-view", grad_as_bucket_view},

@@ -36,7 +36,10 @@ class MeasuredCase:
     pipeline: Optional[dict] = None  # pp: the JSON's pipeline object (its cut, units, schedule)
     point_to_point_bytes: Optional[float] = None  # pp: what its rank 0 sent its neighbour a step
     comm_bytes_per_step: Optional[float] = None  # tp: the bytes its all-reduces carried a step
-    comm_collectives: Optional[int] = None       # tp: its all-reduces a step
+    comm_collectives: Optional[int] = None       # tp: its collectives a step, of every kind
+    # tp under --sequence-parallel: its reduce-scatters and all-gathers a step, each (count, bytes)
+    reduce_scatters: Optional[tuple] = None
+    all_gathers: Optional[tuple] = None
 
     def phase(self, name):
         return self.phases.get(name, 0.0)
@@ -115,8 +118,18 @@ def measured_cases(doc):
                                 pipeline=pipelines.get(b.get("run_name", b["name"])) if f["strategy"] == "pp" else None,
                                 point_to_point_bytes=comm.get("point_to_point_bytes_per_step"),
                                 comm_bytes_per_step=comm.get("bytes_per_step") if f["strategy"] == "tp" else None,
-                                comm_collectives=comm.get("buckets") if f["strategy"] == "tp" else None))
+                                comm_collectives=comm.get("buckets") if f["strategy"] == "tp" else None,
+                                reduce_scatters=_counted(comm, "reduce_scatters_per_step",
+                                                         "reduce_scatter_bytes_per_step") if f["strategy"] == "tp" else None,
+                                all_gathers=_counted(comm, "all_gathers_per_step",
+                                                     "all_gather_bytes_per_step") if f["strategy"] == "tp" else None))
     return out
+
+
+def _counted(comm, count_key, bytes_key):
+    """(count, bytes) of one kind of collective a step where the file counts them, else None."""
+    count = comm.get(count_key)
+    return (int(count), float(comm.get(bytes_key) or 0)) if count else None
 
 
 def _to_s(unit):

@@ -14,7 +14,9 @@ What is measured is kept and only what changes is modelled:
 - communication: the case's all-reduces, as many a step and as large (activation-sized: a block's
   output, the same at every t), each over the tensor-parallel group at t (collectives.py's
   all-reduce over the network: ring or tree, across nodes where t spans them), all of it exposed
-  (each sits on the critical path between two layers);
+  (each sits on the critical path between two layers); under --sequence-parallel its
+  reduce-scatters and all-gathers alike, each of the whole buffer the case counted (a share of the
+  sequence a rank, so the same whole at every t);
 - the optimizer: single's, times the share of the parameters a rank holds at t (from the two cases'
   parameter bytes where the file splits memory by kind, else the compute share s); data and the
   residual as measured in the tp case;
@@ -56,12 +58,20 @@ def project_tp(projector, case, world, single):
                           reason="tp is projected from its case and single's in the same file (the share of "
                                  "compute its split divides): run ddpbench --strategy single,tp")
     compute_share, parameter_share = split_shares(projector, case, single)
-    collectives_a_step = case.comm_collectives or 0
+    scatters, gathers = case.reduce_scatters or (0, 0.0), case.all_gathers or (0, 0.0)
+    collectives_a_step = (case.comm_collectives or 0) - scatters[0] - gathers[0]  # the all-reduces
     if collectives_a_step <= 0 or not case.comm_bytes_per_step:
         raise ProjectionError(f"{case.name}: no all-reduce count or bytes in the file's comm object")
     each = case.comm_bytes_per_step / collectives_a_step
     one = collectives.allreduce(projector.network, each, world)
-    comm = one.seconds * collectives_a_step * projector.comm_scale(single, world)
+    seconds = one.seconds * collectives_a_step
+    kinds = [f"{collectives_a_step} all-reduce(s) a step of {each / 2**20:.2f} MiB each"]
+    for (count, nbytes), cost, name in ((scatters, collectives.reduce_scatter, "reduce-scatter"),
+                                        (gathers, collectives.all_gather, "all-gather")):
+        if count:
+            seconds += cost(projector.network, nbytes / count, world).seconds * count
+            kinds.append(f"{count} {name}(s) of {nbytes / count / 2**20:.2f} MiB")
+    comm = seconds * projector.comm_scale(single, world)
     held = 1 - parameter_share + parameter_share / world
     contention = projector.relative_contention(single, world)
     step = (case.phase("data") + (_compute(single) * (1 - compute_share + compute_share / world)
@@ -70,8 +80,7 @@ def project_tp(projector, case, world, single):
     assumptions = [
         f"tp: {compute_share:.0%} of {single.name}'s compute split over the group (from {case.name}'s compute "
         f"against it), {parameter_share:.0%} of its parameters; the global batch as measured on every rank",
-        f"tp: {collectives_a_step} all-reduce(s) a step of {each / 2**20:.2f} MiB each, as {case.name} made them, "
-        f"all exposed"]
+        f"tp: {', '.join(kinds)}, as {case.name} made them, all exposed"]
     p = projector.record(case, "tp", world, step, comm, comm, [one.algorithm], assumptions)
     # tp splits the model, not the batch: the global batch is the case's at every world (as pp's).
     p.samples_per_second = case.global_batch / step

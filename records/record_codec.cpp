@@ -120,6 +120,8 @@ std::string encode(const RepetitionRecord& r) {
             {"all_gather_bytes_per_step", r.comm->all_gather_bytes_per_step},
             {"reduce_scatter_seconds_per_step", r.comm->reduce_scatter_seconds_per_step},
             {"all_gather_seconds_per_step", r.comm->all_gather_seconds_per_step},
+            {"reduce_scatters_per_step", optional_to_json(r.comm->reduce_scatters_per_step)},
+            {"all_gathers_per_step", optional_to_json(r.comm->all_gathers_per_step)},
             {"point_to_point_bytes_per_step", r.comm->point_to_point_bytes_per_step},
             {"pipeline", nullptr}};
     if (const auto& p = r.comm->pipeline) {
@@ -171,6 +173,8 @@ RepetitionRecord decode_repetition(const std::string& text) {
       s.all_gather_bytes_per_step = c.at("all_gather_bytes_per_step").get<std::int64_t>();
       s.reduce_scatter_seconds_per_step = c.at("reduce_scatter_seconds_per_step").get<double>();
       s.all_gather_seconds_per_step = c.at("all_gather_seconds_per_step").get<double>();
+      s.reduce_scatters_per_step = optional_from_json<int>(c.at("reduce_scatters_per_step"));
+      s.all_gathers_per_step = optional_from_json<int>(c.at("all_gathers_per_step"));
       s.point_to_point_bytes_per_step = c.at("point_to_point_bytes_per_step").get<std::int64_t>();
       if (const auto& p = c.at("pipeline"); !p.is_null()) {
         CommSummary::Pipeline line;

@@ -56,6 +56,7 @@ _SCHEMA = {
     "context/ddpbench/settings/strategy_settings/fsdp/reshard_after_forward": (_BOOL,),
     "context/ddpbench/settings/strategy_settings/fsdp/prefetch": (_BOOL,),
     "context/ddpbench/settings/strategy_settings/fsdp/overlap": (_BOOL,),
+    "context/ddpbench/settings/strategy_settings/tp/sequence_parallel": (_BOOL,),
     "context/ddpbench/settings/strategy_settings/pp/schedule": (_STR,),
     "context/ddpbench/settings/strategy_settings/pp/microbatches": (_NUM, _NULL),
     "context/ddpbench/settings/strategy_settings/pp/stages_per_rank": (_NUM, _NULL),
@@ -135,6 +136,8 @@ _SCHEMA = {
     "benchmarks/[*]/ddpbench/comm/bytes_sent_per_step": (_NUM,),
     "benchmarks/[*]/ddpbench/comm/reduce_scatter_ms": (_NUM,),
     "benchmarks/[*]/ddpbench/comm/all_gather_ms": (_NUM,),
+    "benchmarks/[*]/ddpbench/comm/reduce_scatters_per_step": (_NUM, _NULL),
+    "benchmarks/[*]/ddpbench/comm/all_gathers_per_step": (_NUM, _NULL),
 }
 # Fields that are times, sizes or rates: never negative. (Real times of measured entries must be
 # above zero as well; the readers of samples check that.)

@@ -63,11 +63,19 @@ struct PipelineOptions {
   std::vector<std::size_t> split;  // --pp-split: cut points between stages; empty: cut by `balance`
 };
 
+// tp's (docs/tensor-parallel.md).
+struct TensorParallelOptions {
+  // --sequence-parallel: each all-reduce of the blocks becomes a reduce-scatter into shares of the
+  // sequence and an all-gather back, and the LayerNorms and residual adds run on the rank's share.
+  bool sequence_parallel = false;
+};
+
 struct StrategyOptions {
   DdpOptions ddp;
   HogwildOptions hogwild;
   FsdpOptions fsdp;
   PipelineOptions pipeline;
+  TensorParallelOptions tp;
 };
 
 // One point of the sweep: a workload under a strategy on `world_size` devices.
@@ -104,6 +112,10 @@ struct CommSummary {
   std::int64_t all_gather_bytes_per_step = 0;
   double reduce_scatter_seconds_per_step = 0;
   double all_gather_seconds_per_step = 0;
+  // tp: how many of its collectives a step (`buckets`) were reduce-scatters and all-gathers (under
+  // --sequence-parallel), the rest all-reduces; none where a strategy does not count them apart.
+  std::optional<int> reduce_scatters_per_step;
+  std::optional<int> all_gathers_per_step;
   // fsdp: each unit's padded parameter bytes, in the order the units were built (the root, gathered
   // once for the whole step, flagged), so that a projection need not take them as equal.
   struct ShardedUnit {

@@ -11,6 +11,14 @@
 // number or two a row. Every rank then computes the same loss and the same gradients for what it
 // holds whole, so nothing else is reduced. The all-reduces block compute: they are timed as
 // comm_exposed, inside forward and backward.
+//
+// Under --sequence-parallel (Korthikanti et al., arXiv 2205.05198) the hidden state between the
+// blocks is each rank's share of the sequence: where the model enters its blocks it keeps its share
+// (its gradient all-gathered backward), a column layer all-gathers its input (its gradient
+// reduce-scattered) and a row layer reduce-scatters its partial sums (its gradient all-gathered),
+// the same bytes as the all-reduce they replace; the output layer all-gathers its input. The
+// LayerNorms and the row layers' biases then see a share of the tokens each, so their gradients are
+// summed over the group after backward, as Megatron does.
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/functional/linear.h>
 #include <torch/nn/modules/embedding.h>
@@ -18,6 +26,7 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "collectives/shard_collectives.h"
 #include "compat/torch_compat.h"
 #include "distributed/process_group.h"
 #include "strategies/rank_state.h"
@@ -59,18 +68,75 @@ class TensorParallelGroup {
     ++collectives_;
   }
 
-  struct Traffic {
+  // Every rank's share of the sequence (`share`'s dimension `dim`) put together, in rank order.
+  torch::Tensor all_gathered(const torch::Tensor& share, std::int64_t dim, const char* what) {
+    const auto type = share.scalar_type();
+    const auto moved = share.detach().movedim(dim, 0);  // the shares end to end
+    const auto input = moved.to(sendable(type)).contiguous().view(-1);
+    auto output = torch::empty({input.numel() * group_->size()}, input.options());
+    std::optional<PhaseRecorder::Scope> scope;
+    if (phases_ != nullptr) scope.emplace(*phases_, Phase::CommExposed, what);
+    const auto done = all_gather(*group_, input, output, std::string("tp: ") + what);
+    gathered_.add(output, done.seconds);
+    auto shape = moved.sizes().vec();
+    shape[0] *= group_->size();
+    return output.view(shape).movedim(0, dim).to(type);
+  }
+
+  // `whole` summed over the group, this rank's share of the sequence (dimension `dim`) kept.
+  torch::Tensor reduce_scattered(const torch::Tensor& whole, std::int64_t dim, const char* what) {
+    const auto type = whole.scalar_type();
+    const auto moved = whole.detach().movedim(dim, 0);
+    // The ring works in its input: a copy of its own, whatever the caller still reads.
+    auto input = torch::empty(moved.sizes(), moved.options().dtype(sendable(type)));
+    input.copy_(moved);
+    input = input.view(-1);
+    auto output = torch::empty({input.numel() / group_->size()}, input.options());
+    std::optional<PhaseRecorder::Scope> scope;
+    if (phases_ != nullptr) scope.emplace(*phases_, Phase::CommExposed, what);
+    const auto done = reduce_scatter(*group_, input, output, std::string("tp: ") + what);
+    scattered_.add(input, done.seconds);
+    auto shape = moved.sizes().vec();
+    shape[0] /= group_->size();
+    return output.view(shape).movedim(0, dim).to(type);
+  }
+
+  int rank() const { return group_->rank(); }
+  int size() const { return group_->size(); }
+
+  // One kind of collective's payload (the whole buffer, as the sharded strategies count it) and time.
+  struct Kind {
     std::int64_t bytes = 0, collectives = 0;
     double seconds = 0;
+    void add(const torch::Tensor& whole, double s) {
+      bytes += whole.numel() * static_cast<std::int64_t>(whole.element_size());
+      seconds += s;
+      ++collectives;
+    }
   };
-  Traffic traffic() const { return {bytes_, collectives_, seconds_}; }
-  void reset() { bytes_ = 0, collectives_ = 0, seconds_ = 0; }
+  struct Traffic {
+    std::int64_t bytes = 0, collectives = 0;  // the all-reduces'
+    double seconds = 0;
+    Kind gathered, scattered;
+  };
+  Traffic traffic() const { return {bytes_, collectives_, seconds_, gathered_, scattered_}; }
+  void reset() {
+    bytes_ = 0, collectives_ = 0, seconds_ = 0;
+    gathered_ = {}, scattered_ = {};
+  }
 
  private:
+  // bf16 where the backend cannot send it (1.x's Gloo) goes as float32, as all_reduced's does.
+  c10::ScalarType sendable(c10::ScalarType type) const {
+    return type == torch::kBFloat16 && group_->kind() == DeviceKind::Cpu && !compat::gloo_sends_bf16() ? torch::kFloat
+                                                                                                     : type;
+  }
+
   ProcessGroupContext* group_ = nullptr;
   PhaseRecorder* phases_ = nullptr;
   std::int64_t bytes_ = 0, collectives_ = 0;
   double seconds_ = 0;
+  Kind gathered_, scattered_;
 };
 
 // Megatron's f: the input of a column layer, whole on every rank; its gradient is each rank's part
@@ -96,6 +162,60 @@ struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorPara
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
                                                  torch::autograd::variable_list grads) {
     return {grads[0], torch::Tensor()};
+  }
+};
+
+// Sequence parallelism's three (Megatron's scatter_to_, gather_from_ and
+// reduce_scatter_to_sequence_parallel_region), along the sequence's dimension `dim`.
+// The hidden state entering the blocks: this rank's share of the sequence; its gradient is every
+// rank's share's, all-gathered.
+struct KeepSequenceShare : torch::autograd::Function<KeepSequenceShare> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t dim,
+                               TensorParallelGroup* tp) {
+    ctx->saved_data["tp"] = reinterpret_cast<std::int64_t>(tp);
+    ctx->saved_data["dim"] = dim;
+    const std::int64_t share = x.size(dim) / tp->size();
+    return x.narrow(dim, tp->rank() * share, share).contiguous();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* tp = reinterpret_cast<TensorParallelGroup*>(ctx->saved_data["tp"].toInt());
+    return {tp->all_gathered(grads[0], ctx->saved_data["dim"].toInt(), "all-gather backward"), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+// A column layer's input (or the output layer's): every token, all-gathered; its gradient is each
+// rank's part of the sum, reduce-scattered back into the shares.
+struct GatherSequenceShares : torch::autograd::Function<GatherSequenceShares> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t dim,
+                               TensorParallelGroup* tp) {
+    ctx->saved_data["tp"] = reinterpret_cast<std::int64_t>(tp);
+    ctx->saved_data["dim"] = dim;
+    return tp->all_gathered(x, dim, "all-gather forward");
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* tp = reinterpret_cast<TensorParallelGroup*>(ctx->saved_data["tp"].toInt());
+    return {tp->reduce_scattered(grads[0], ctx->saved_data["dim"].toInt(), "reduce-scatter backward"),
+            torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// A row layer's partial sums: summed, each rank keeping its share of the sequence; the gradient of
+// the share, all-gathered.
+struct ReduceScatterToSequenceShare : torch::autograd::Function<ReduceScatterToSequenceShare> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t dim,
+                               TensorParallelGroup* tp) {
+    ctx->saved_data["tp"] = reinterpret_cast<std::int64_t>(tp);
+    ctx->saved_data["dim"] = dim;
+    return tp->reduce_scattered(x, dim, "reduce-scatter forward");
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* tp = reinterpret_cast<TensorParallelGroup*>(ctx->saved_data["tp"].toInt());
+    return {tp->all_gathered(grads[0], ctx->saved_data["dim"].toInt(), "all-gather backward"), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -136,9 +256,22 @@ struct Share {
 class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
  protected:
   std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
-                                                   const StrategyOptions&) const override {
+                                                   const StrategyOptions& options) const override {
     if (devices.is_cuda() && !compat::have_nccl()) return "this LibTorch has no NCCL, which tp needs on CUDA";
-    const WorkloadFacts facts = WorkloadRegistry::instance().get(spec.workload).facts();
+    const Workload& workload = WorkloadRegistry::instance().get(spec.workload);
+    if (options.tp.sequence_parallel) {
+      const std::int64_t tokens = workload.sequence_parallel_length();
+      if (tokens == 0) {
+        return "tp --sequence-parallel splits the hidden state by its sequence, and " + spec.workload +
+               "'s model has none to split";
+      }
+      if (tokens % spec.world_size != 0) {
+        return "tp --sequence-parallel: " + spec.workload + "'s " + std::to_string(tokens) +
+               " tokens a sample (--seq-len) do not divide among " + std::to_string(spec.world_size) +
+               " ranks (--world-size)";
+      }
+    }
+    const WorkloadFacts facts = workload.facts();
     if (facts.tensor_parallel_layers.empty()) {
       return "tp splits linear layers by columns and rows, and " + facts.tensor_parallel_refusal;
     }
@@ -162,6 +295,8 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
     workload_ = &setup.workload;
     global_batch_ = setup.spec.global_batch;
     shard_planned_layers();
+    sequence_parallel_ = setup.options.tp.sequence_parallel;
+    if (sequence_parallel_) collect_sequence_parallel_parameters();
     model_->set_layer_hooks(this);
     optimizer_ = setup.make_optimizer(model_->trainable_parameters());
     precision_ = setup.precision;
@@ -178,6 +313,7 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
     {
       auto scope = phases.scope(Phase::Backward);
       scaler_.scale(forward.loss).backward();
+      if (sequence_parallel_) sum_sequence_parallel_gradients();
     }
     tp_.set_phases(nullptr);
     {
@@ -216,8 +352,15 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
     c.backend = group_->backend_name();
     c.world_size = group_->size();
     c.bytes_per_step = traffic.bytes / steps_;
-    c.buckets = static_cast<int>(traffic.collectives / steps_);
+    c.buckets = static_cast<int>(
+        (traffic.collectives + traffic.scattered.collectives + traffic.gathered.collectives) / steps_);
+    c.reduce_scatters_per_step = static_cast<int>(traffic.scattered.collectives / steps_);
+    c.all_gathers_per_step = static_cast<int>(traffic.gathered.collectives / steps_);
     c.allreduce_seconds_per_step = traffic.seconds / static_cast<double>(steps_);
+    c.reduce_scatter_bytes_per_step = traffic.scattered.bytes / steps_;
+    c.all_gather_bytes_per_step = traffic.gathered.bytes / steps_;
+    c.reduce_scatter_seconds_per_step = traffic.scattered.seconds / static_cast<double>(steps_);
+    c.all_gather_seconds_per_step = traffic.gathered.seconds / static_cast<double>(steps_);
     return c;
   }
   void do_reset_measured_stats() override {
@@ -269,12 +412,23 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
     if (found == held_.end()) return torch::nn::functional::linear(x, weight, bias);
     const bool has_bias = bias.defined() && bias.numel() > 0;
     if (found->second == TensorParallelSplit::Column) {
-      const auto input = x.requires_grad() ? CopyToTensorParallel::apply(x, &tp_) : x;
+      const auto input = sequence_dim_ ? GatherSequenceShares::apply(x, *sequence_dim_, &tp_)
+                         : x.requires_grad() ? CopyToTensorParallel::apply(x, &tp_)
+                                             : x;
       return torch::nn::functional::linear(input, weight, has_bias ? bias : torch::Tensor());
     }
     auto partial = torch::nn::functional::linear(x, weight);
-    auto whole = ReduceFromTensorParallel::apply(partial, &tp_);
+    auto whole = sequence_dim_ ? ReduceScatterToSequenceShare::apply(partial, *sequence_dim_, &tp_)
+                               : ReduceFromTensorParallel::apply(partial, &tp_);
     return has_bias ? whole + bias : whole;
+  }
+
+  // Under sequence parallelism the rank's share of the sequence from here on; the dimension is
+  // kept for the layers after (set each forward, the same each time).
+  torch::Tensor enter_sequence_region(const torch::Tensor& hidden, std::int64_t sequence_dim) override {
+    if (!sequence_parallel_) return hidden;
+    sequence_dim_ = sequence_dim;
+    return KeepSequenceShare::apply(hidden, sequence_dim, &tp_);
   }
 
   // A table split by vocabulary: the ids in this rank's rows looked up, zeros for the others, summed
@@ -295,8 +449,9 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
                             const std::function<torch::Tensor()>& as_the_workload_computes) override {
     const auto found = vocabulary_first_.find(weight.unsafeGetTensorImpl());
     if (found == vocabulary_first_.end()) return as_the_workload_computes();
-    const auto flat = hidden.reshape({-1, hidden.size(-1)});
-    const auto input = flat.requires_grad() ? CopyToTensorParallel::apply(flat, &tp_) : flat;
+    const auto whole = sequence_dim_ ? GatherSequenceShares::apply(hidden, *sequence_dim_, &tp_) : hidden;
+    const auto flat = whole.reshape({-1, whole.size(-1)});
+    const auto input = sequence_dim_ || !flat.requires_grad() ? flat : CopyToTensorParallel::apply(flat, &tp_);
     const bool has_bias = bias.defined() && bias.numel() > 0;
     const auto logits = torch::nn::functional::linear(input, weight, has_bias ? bias : torch::Tensor());
     const VocabAllReduce all_reduce = [this](torch::Tensor& values, VocabReduce op) {
@@ -305,8 +460,41 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
     return vocab_parallel_cross_entropy(logits, targets.reshape({-1}), found->second, all_reduce);
   }
 
+  // The whole parameters that ran on the sequence's share (the model's LayerNorms in the region and
+  // the row layers' biases, added after the reduce-scatter): their gradients are each rank's part.
+  void collect_sequence_parallel_parameters() {
+    for (const auto& p : model_->sequence_parallel_parameters()) {
+      if (p.requires_grad()) sequence_parallel_parameters_.push_back(p);
+    }
+    for (const auto& planned : model_->tensor_parallel_plan()) {
+      if (planned.split == TensorParallelSplit::Row && planned.bias.defined() && planned.bias.requires_grad()) {
+        sequence_parallel_parameters_.push_back(planned.bias);
+      }
+    }
+  }
+  // One all-reduce of those gradients, flattened (Megatron's allreduce of the sequence-parallel
+  // gradients): each rank then holds their sum over the whole sequence, as single's.
+  void sum_sequence_parallel_gradients() {
+    std::vector<torch::Tensor> grads, flat;
+    for (const auto& p : sequence_parallel_parameters_) {
+      if (!p.grad().defined()) continue;
+      grads.push_back(p.grad());
+      flat.push_back(p.grad().reshape(-1));
+    }
+    if (grads.empty()) return;
+    const auto summed = tp_.all_reduced(torch::cat(flat), "all-reduce gradients");
+    std::int64_t offset = 0;
+    for (auto& g : grads) {
+      g.view(-1).copy_(summed.narrow(0, offset, g.numel()));
+      offset += g.numel();
+    }
+  }
+
   ProcessGroupContext* group_ = nullptr;
   TensorParallelGroup tp_;
+  bool sequence_parallel_ = false;
+  std::optional<std::int64_t> sequence_dim_;  // set where the model enters its blocks, under sequence parallelism
+  std::vector<torch::Tensor> sequence_parallel_parameters_;
   const Workload* workload_ = nullptr;
   std::int64_t global_batch_ = 1;
   c10::Device device_{c10::kCPU};

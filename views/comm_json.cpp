@@ -39,6 +39,8 @@ json comm_json(const std::optional<CommSummary>& comm) {
           {"all_gather_bytes_per_step", comm->all_gather_bytes_per_step},
           {"reduce_scatter_ms", comm->reduce_scatter_seconds_per_step * 1e3},
           {"all_gather_ms", comm->all_gather_seconds_per_step * 1e3},
+          {"reduce_scatters_per_step", comm->reduce_scatters_per_step ? json(*comm->reduce_scatters_per_step) : json(nullptr)},
+          {"all_gathers_per_step", comm->all_gathers_per_step ? json(*comm->all_gathers_per_step) : json(nullptr)},
           {"bytes_sent_per_step", ring_bytes_sent(*comm)},
           {"point_to_point_bytes_per_step", comm->point_to_point_bytes_per_step}};
 }

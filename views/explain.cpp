@@ -42,10 +42,11 @@ std::optional<std::int64_t> largest_device_peak(const CaseRecord& c) {
   return peak;
 }
 
-// A case that reduce-scatters its gradients: one of the sharded strategies.
+// A case that reduce-scatters its gradients: one of the sharded strategies (tp's sequence-parallel
+// reduce-scatters are of activations).
 bool is_sharded(const CaseRecord& c) {
   const auto& comm = c.repetitions.back().comm;
-  return comm && comm->reduce_scatter_bytes_per_step > 0;
+  return comm && comm->reduce_scatter_bytes_per_step > 0 && c.spec.strategy != "tp";
 }
 
 // The sharded strategies against ddp at the same world size, in the terms a team decides by: what

@@ -28,6 +28,7 @@ json strategy_settings_json(const StrategyOptions& o) {
           {"zero2", buckets},
           {"fsdp", {{"reshard_after_forward", o.fsdp.reshard_after_forward}, {"prefetch", o.fsdp.prefetch},
                     {"overlap", o.ddp.overlap}}},
+          {"tp", {{"sequence_parallel", o.tp.sequence_parallel}}},
           {"hogwild", {{"mode", to_string(o.hogwild.mode)}, {"sync_every", o.hogwild.sync_every},
                        {"workers", o.hogwild.workers}}},
           {"pp", {{"schedule", pipeline::to_string(o.pipeline.schedule)},

@@ -63,10 +63,13 @@ class Block final : public torch::nn::Module {
   }
 
   // Each linear layer through `model`'s call_linear, so that tp can run it on its share. Under tp
-  // c_attn gives this rank's heads of Q, K and V (its plan below), so the widths are read from it.
+  // c_attn gives this rank's heads of Q, K and V (its plan below), and under sequence parallelism
+  // `x` is the rank's share of the tokens and c_attn's output all of them, so the sizes are read
+  // from c_attn's output.
   torch::Tensor forward(const torch::Tensor& x, WorkloadModel& model) {
-    const auto batch = x.size(0), tokens = x.size(1), head_width = width_ / heads_;
+    const auto head_width = width_ / heads_;
     auto packed = model.call_linear(*c_attn, ln_1->forward(x));
+    const auto batch = packed.size(0), tokens = packed.size(1);
     const auto width = packed.size(2) / 3;  // width_, or this rank's heads' under tp
     auto qkv = packed.split(width, /*dim=*/2);
     auto heads = [&](const torch::Tensor& t) { return t.view({batch, tokens, width / head_width, head_width}).transpose(1, 2); };
@@ -78,6 +81,11 @@ class Block final : public torch::nn::Module {
   // Megatron's plan for a block: attention by heads (c_attn's Q, K and V by columns, whole heads a
   // rank; the output projection by rows), the MLP's first layer by columns and its second by rows;
   // the LayerNorms whole.
+  std::vector<torch::Tensor> layer_norm_parameters() {
+    auto p = ln_1->parameters();
+    for (const auto& t : ln_2->parameters()) p.push_back(t);
+    return p;
+  }
   void add_tensor_parallel_plan(const std::string& block, std::vector<TensorParallelLayer>& plan) {
     using S = TensorParallelSplit;
     plan.push_back(planned_linear(block + ".c_attn", *c_attn, S::Column, /*packed=*/3, /*granule=*/width_ / heads_));
@@ -137,12 +145,23 @@ class Gpt2Model final : public WorkloadModel {
     for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i]->add_tensor_parallel_plan("h" + std::to_string(i), plan);
     return plan;
   }
+  // Under sequence parallelism each block's LayerNorms and ln_f run on the rank's share of the tokens.
+  std::vector<torch::Tensor> sequence_parallel_parameters() override {
+    auto p = ln_f->parameters();
+    for (const auto& block : blocks) {
+      for (const auto& t : block->layer_norm_parameters()) p.push_back(t);
+    }
+    return p;
+  }
   const torch::Tensor& output_weight() const { return wte->weight; }
   const Gpt2Size& size() const { return size_; }
 
  protected:
   torch::Tensor chain_head(const torch::Tensor& input) override {
-    return call_embedding(*wte, input) + wpe->forward(torch::arange(input.size(1), input.options())).unsqueeze(0);
+    // Both embeddings whole, then (under sequence parallelism) the rank's share of the tokens, as
+    // Megatron does where positions are learned.
+    return call_sequence_region(
+        call_embedding(*wte, input) + wpe->forward(torch::arange(input.size(1), input.options())).unsqueeze(0), 1);
   }
   torch::Tensor chain_unit(std::size_t i, const torch::Tensor& h) override { return blocks[i]->forward(h, *this); }
   // Tied output projection: the token embedding's own weight, so one parameter gets both gradients.
@@ -198,6 +217,7 @@ class Gpt2Workload final : public Workload {
     return tokens * (6.0 * n + 12.0 * static_cast<double>(size.layers * size.width) * tokens);
   }
   std::int64_t max_sequence_length() const override { return Gpt2Size{}.context; }
+  std::int64_t sequence_parallel_length() const override { return sequence_length(); }
   // The output projection and the loss fused, in chunks of tokens: the [tokens, 50257] fp32 logits
   // (3.3 GB at 16 x 1024 tokens, and as much again for their gradient) are never whole; one chunk
   // of at most kLogitsChunkBytes is. dp, which gathers outputs, still gets the logits from forward.

@@ -80,12 +80,15 @@ class LayerCallHooks {
   virtual torch::Tensor linear(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& x) = 0;
   // table(ids).
   virtual torch::Tensor embedding(torch::nn::EmbeddingImpl& table, const torch::Tensor& ids) = 0;
-  // The mean loss of the logits hidden Wᵀ + b against targets (hidden [..., width], targets [...]);
-  // `as_the_workload_computes` computes it on the whole weight as the workload does (gpt2's fused
-  // chunks), for a weight the strategy does not split.
+  // The mean loss of the logits hidden Wᵀ + b against targets (hidden [..., width] as the blocks
+  // give it, targets [...] in the same order); `as_the_workload_computes` computes it on the whole
+  // weight as the workload does (gpt2's fused chunks), for a weight the strategy does not split.
   virtual torch::Tensor output_loss(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& hidden,
                                     const torch::Tensor& targets,
                                     const std::function<torch::Tensor()>& as_the_workload_computes) = 0;
+  // The hidden state entering the blocks, its sequence along `sequence_dim`: under sequence
+  // parallelism the rank's share of the sequence from here to the output layer; else itself.
+  virtual torch::Tensor enter_sequence_region(const torch::Tensor& hidden, std::int64_t sequence_dim) = 0;
 };
 
 }  // namespace ddpbench

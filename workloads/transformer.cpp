@@ -65,12 +65,23 @@ class TransformerModel final : public DefaultConstructedModel<TransformerModel> 
     }
     return plan;
   }
-  // The head and the loss in one, on what the last layer gives (batch-first): the loss of forward's
-  // logits, or under tp each rank's share of them (call_output_loss).
+  // The head and the loss in one, on what the last layer gives: the loss of forward's logits, or
+  // under tp each rank's share of them (call_output_loss), the hidden state sequence-first as the
+  // layers run (the targets transposed alike).
   torch::Tensor loss(const torch::Tensor& input, const torch::Tensor& target) {
-    const auto hidden = forward_before_tail(input).transpose(0, 1);
-    return call_output_loss(head->weight, head->bias, hidden, target,
-                            [&] { return cross_entropy(head->forward(hidden), target); });
+    const auto hidden = forward_before_tail(input);
+    return call_output_loss(head->weight, head->bias, hidden, target.t(),
+                            [&] { return cross_entropy(head->forward(hidden.transpose(0, 1)), target); });
+  }
+  // Under sequence parallelism each layer's two LayerNorms run on the rank's share of the sequence.
+  std::vector<torch::Tensor> sequence_parallel_parameters() override {
+    std::vector<torch::Tensor> p;
+    for (std::size_t i = 0; i < encoder->layers->size(); ++i) {
+      auto& layer = encoder->layers->at<torch::nn::TransformerEncoderLayerImpl>(i);
+      for (const auto& t : layer.norm1->parameters()) p.push_back(t);
+      for (const auto& t : layer.norm2->parameters()) p.push_back(t);
+    }
+    return p;
   }
   // Each encoder layer a unit; the embeddings and the head are the root's.
   std::vector<WrapUnit> wrap_units() override {
@@ -83,7 +94,7 @@ class TransformerModel final : public DefaultConstructedModel<TransformerModel> 
  protected:
   torch::Tensor chain_head(const torch::Tensor& input) override {
     auto pos = torch::arange(input.size(1), input.options());
-    return (call_embedding(*tokens, input) + positions->forward(pos).unsqueeze(0)).transpose(0, 1);
+    return call_sequence_region((call_embedding(*tokens, input) + positions->forward(pos).unsqueeze(0)).transpose(0, 1), 0);
   }
   // LibTorch's TransformerEncoderLayer::forward written out as the same function (post-norm, ReLU,
   // MultiheadAttention as F::multi_head_attention_forward computes it on one tensor for query, key
@@ -93,13 +104,15 @@ class TransformerModel final : public DefaultConstructedModel<TransformerModel> 
   // heads, then by columns and rows). Dropout is off, so it has no place here. A test holds it to
   // the layer's own forward.
   torch::Tensor chain_unit(std::size_t i, const torch::Tensor& h) override {
-    // The causal mask from the sequence length: a stage of a pipeline gets the hidden state alone.
-    const auto seq = h.size(0), batch = h.size(1), head_width = kEmbed / kHeads;
-    auto mask = torch::full({seq, seq}, -std::numeric_limits<float>::infinity(), h.options()).triu(1);
     auto& layer = encoder->layers->at<torch::nn::TransformerEncoderLayerImpl>(i);
     auto& attention = *layer.self_attn;
     auto qkv = call_linear(attention.in_proj_weight, attention.in_proj_bias, h).chunk(3, -1);
+    // The sizes from the projection's output: under tp it holds this rank's heads, and under
+    // sequence parallelism every token where `h` holds the rank's share. The causal mask from the
+    // sequence length: a stage of a pipeline gets the hidden state alone.
+    const auto seq = qkv[0].size(0), batch = qkv[0].size(1), head_width = kEmbed / kHeads;
     const auto width = qkv[0].size(2);  // kEmbed, or this rank's heads' under tp
+    auto mask = torch::full({seq, seq}, -std::numeric_limits<float>::infinity(), h.options()).triu(1);
     const auto heads = [&](const torch::Tensor& t) {
       return t.contiguous().view({seq, batch * (width / head_width), head_width}).transpose(0, 1);
     };
@@ -139,6 +152,7 @@ class TransformerWorkload final : public Workload {
   Dataset make_dataset(std::int64_t size, std::uint64_t seed) const override {
     return next_token_dataset(size, seed, kVocab, kSequence);
   }
+  std::int64_t sequence_parallel_length() const override { return kSequence; }
   torch::Tensor forward_loss(WorkloadModel& model, const torch::Tensor& input, const torch::Tensor& target) const override {
     auto* transformer = dynamic_cast<TransformerModel*>(&model);
     return transformer == nullptr ? Workload::forward_loss(model, input, target) : transformer->loss(input, target);

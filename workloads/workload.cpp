@@ -103,6 +103,10 @@ torch::Tensor WorkloadModel::call_output_loss(const torch::Tensor& weight, const
   return layer_hooks_->output_loss(weight, bias, hidden, targets, as_the_workload_computes);
 }
 
+torch::Tensor WorkloadModel::call_sequence_region(const torch::Tensor& hidden, std::int64_t sequence_dim) {
+  return layer_hooks_ == nullptr ? hidden : layer_hooks_->enter_sequence_region(hidden, sequence_dim);
+}
+
 torch::Tensor WorkloadModel::chain_unit(std::size_t, const torch::Tensor&) {
   throw std::logic_error("chain_unit on a model that is no chain: " + chain_refusal());
 }

@@ -92,6 +92,15 @@ class WorkloadModel : public torch::nn::Module {
   // each rank's share of the logits.
   torch::Tensor call_output_loss(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& hidden,
                                  const torch::Tensor& targets, const std::function<torch::Tensor()>& as_the_workload_computes);
+  // Where the hidden state enters the blocks (its sequence along `sequence_dim`): under tp's
+  // --sequence-parallel it is each rank's share of the sequence from here until the output layer
+  // (call_output_loss) gathers it, the blocks' column layers gathering it and their row layers
+  // scattering it again; without hooks, `hidden` itself. A model that calls it states
+  // Workload::sequence_parallel_length() and its sequence_parallel_parameters().
+  torch::Tensor call_sequence_region(const torch::Tensor& hidden, std::int64_t sequence_dim);
+  // The parameters held whole that run on the sequence's share under sequence parallelism (the
+  // LayerNorms inside the region): each rank's gradient is then its share's part, which tp sums.
+  virtual std::vector<torch::Tensor> sequence_parallel_parameters() { return {}; }
 
   // The model as a chain, what a pipeline cuts between stages: input -> chain_head -> unit 0 -> ...
   // -> unit n-1 -> chain_tail -> output, unit i being wrap_units()[i]'s computation. A chain model
@@ -232,6 +241,9 @@ class Workload {
   virtual bool converts_to_sync_batch_norm() const { return has_batch_norm(); }
   // The largest --seq-len the model accepts (its positional table); 0: --seq-len does not apply.
   virtual std::int64_t max_sequence_length() const { return 0; }
+  // The tokens a sample that tp's --sequence-parallel splits among its ranks (the model calls
+  // call_sequence_region); 0: the model has no sequence to split.
+  virtual std::int64_t sequence_parallel_length() const { return 0; }
 
   // Parameter count and gradient bytes, from a model built once and cached.
   WorkloadFacts facts() const;

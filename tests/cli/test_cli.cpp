@@ -117,6 +117,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{{"--data-path", "disk"}, "--data-path", "unknown data path 'disk'"},
         BadInput{{"--strategy", "hogwild", "--workers", "0"}, "--workers", "at least 1, got 0"},
         BadInput{{"--strategy", "single", "--workers", "4"}, "--workers", "applies to hogwild only"},
+        BadInput{{"--strategy", "ddp", "--sequence-parallel"}, "--sequence-parallel", "applies to tp only"},
         BadInput{{"--data-on-device", "--data-path", "host"}, "--data-on-device", "contradicts --data-path host"},
         BadInput{{"--seq-len", "64"}, "--seq-len", "none of the workloads run takes a sequence length"},
         BadInput{{"--workload", "gpt2", "--seq-len", "2048"}, "--seq-len", "at most 1024, got 2048"},

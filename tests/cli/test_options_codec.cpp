@@ -63,6 +63,7 @@ TEST(RankOptions, EveryFlagOfHelpSurvivesTheTripToARank) {
       {"--no-overlap", {"--no-overlap"}},
       {"--reshard-after-forward", {"--reshard-after-forward", "off"}},
       {"--no-prefetch", {"--no-prefetch"}},
+      {"--sequence-parallel", {"--sequence-parallel", "--strategy", "tp"}},
       {"--grad-as-bucket-view", {"--grad-as-bucket-view"}},
       {"--sync-bn", {"--sync-bn", "--workload", "convnet"}},
       {"--checkpoint", {"--checkpoint", "/tmp/ddpbench-never-written.pt"}},

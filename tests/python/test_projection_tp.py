@@ -19,7 +19,7 @@ def net(devices_per_node=8):
 
 
 def case(strategy, world, forward_ms, backward_ms, optimizer_ms=1.0, comm_ms=0.0, params=1000.0, other=50.0,
-         collectives_a_step=None, comm_bytes=None):
+         collectives_a_step=None, comm_bytes=None, reduce_scatters=None, all_gathers=None):
     phases = {"forward": forward_ms * MS, "backward": backward_ms * MS, "optimizer": optimizer_ms * MS,
               "data": 0.5 * MS, "residual": 0.1 * MS}
     if comm_ms:
@@ -27,7 +27,8 @@ def case(strategy, world, forward_ms, backward_ms, optimizer_ms=1.0, comm_ms=0.0
     return model.MeasuredCase(name=f"w/{strategy}/world:{world}", workload="w", strategy=strategy, world=world,
                               global_batch=32, phases=phases, gradient_bytes=None, buckets=None,
                               step_s=sum(phases.values()), comm_bytes_per_step=comm_bytes,
-                              comm_collectives=collectives_a_step,
+                              comm_collectives=collectives_a_step, reduce_scatters=reduce_scatters,
+                              all_gathers=all_gathers,
                               memory={"parameter_bytes": params, "gradient_bytes": params,
                                       "optimizer_state_bytes": 2 * params, "other_bytes": other})
 
@@ -63,6 +64,22 @@ def test_the_step_is_singles_compute_at_its_share_plus_the_all_reduces_over_the_
         assert p.comm_ms > projector.project(tp, "tp", 8).comm_ms
 
 
+@pytest.mark.parametrize("world", [2, 8, 16])
+def test_under_sequence_parallelism_the_reduce_scatters_and_all_gathers_are_costed_as_such(world):
+    # 10 collectives a step: 4 reduce-scatters and 4 all-gathers of 8 MiB, 2 all-reduces of 1 MiB.
+    single = case("single", 1, 4.0, 6.0, optimizer_ms=2.0)
+    tp = case("tp", 2, 2.4, 3.6, comm_ms=5.0, params=600.0, collectives_a_step=10, comm_bytes=2 * MIB,
+              reduce_scatters=(4, 32 * MIB), all_gathers=(4, 32 * MIB))
+    projector = model.Projector(net())
+    projector.singles["w"] = single
+    p = projector.project(tp, "tp", world)
+    expected = (2 * collectives.allreduce(net(), MIB, world).seconds
+                + 4 * collectives.reduce_scatter(net(), 8 * MIB, world).seconds
+                + 4 * collectives.all_gather(net(), 8 * MIB, world).seconds)
+    assert p.comm_ms == p.exposed_comm_ms == pytest.approx(expected * 1e3)
+    assert any("4 reduce-scatter(s) of 8.00 MiB" in a and "2 all-reduce(s)" in a for a in p.assumptions)
+
+
 def test_without_single_in_the_file_tp_is_refused_saying_what_to_run():
     tp = case("tp", 2, 2.4, 3.6, comm_ms=5.0, collectives_a_step=4, comm_bytes=4 * MIB)
     p = model.Projector(net()).project(tp, "tp", 4)
@@ -87,3 +104,18 @@ def test_a_real_run_of_single_and_tp_is_projected_and_tp_is_a_default_strategy(t
                           "--strategy", "tp", "--device-memory", "1GiB"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "mlp/tp" in out.stdout and "fastest that fits in 1 GiB a device: tp" in out.stdout
+
+
+def test_a_real_sequence_parallel_run_is_read_with_its_collectives_apart_and_projected(tmp_path):
+    results = tmp_path / "r.json"
+    small_run(results, "single,tp", workload="transformer", extra=("--sequence-parallel",))
+    doc = json.load(open(results))
+    (tp,) = [c for c in model.measured_cases(doc) if c.strategy == "tp"]
+    # transformer's 2 layers: 4 a layer and the output layer's 1 reduce-scatter, and 2 all-gathers more
+    # (the output layer's input, the shares' gradient where the layers begin); 4 all-reduces.
+    assert tp.reduce_scatters[0] == 9 and tp.all_gathers[0] == 10 and tp.comm_collectives == 23
+    assert tp.reduce_scatters[1] == 9 * 16 * 64 * 128 * 4 and tp.all_gathers[1] == 10 * 16 * 64 * 128 * 4
+    (p,) = model.project_file(doc, net(), [4], strategies=["tp"])
+    assert p.status == "projected"
+    assert any("9 reduce-scatter(s)" in a and "10 all-gather(s)" in a and "4 all-reduce(s)" in a
+               for a in p.assumptions), p.assumptions

@@ -1,7 +1,7 @@
 // tp: whole runs of real rank processes. Parity with single in float64 at world 2 and 4 on mlp
 // (split by columns, rows, columns, rows), transformer and gpt2 (attention by heads, the MLP by
 // columns then rows, the embedding and output layer by vocabulary; gpt2 at world 3 too, unevenly);
-// each rank's parameters (mlp: gradients and optimizer state too) its shares of the split
+// --sequence-parallel on transformer and gpt2 at world 2 and 4; each rank's parameters (mlp: gradients and optimizer state too) its shares of the split
 // layers and the whole of the rest, to the byte; the bytes all-reduced a step against Megatron's
 // count, timed as comm_exposed; what tp cannot split, skipped saying why.
 #include <gtest/gtest.h>
@@ -158,6 +158,86 @@ TEST_P(TpTransformer, AttentionByHeadsTheFeedForwardAndTheVocabularyMatchSingleA
 INSTANTIATE_TEST_SUITE_P(Worlds, TpTransformer, ::testing::Values(2, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
+// --sequence-parallel: the blocks' all-reduces become reduce-scatters and all-gathers of the same
+// size, the hidden state between them each rank's share of the sequence. Parity in float64 on gpt2
+// (batch-first) and transformer (sequence-first) at world 2 and 4, which fails where the
+// LayerNorms' and the row layers' biases' gradients are left unsummed; the collectives counted;
+// transformer's peak memory beside its activations lower than without it.
+struct SequenceParallelCase {
+  std::string workload;
+  int world;
+};
+
+class TpSequenceParallel : public ::testing::TestWithParam<SequenceParallelCase> {};
+
+TEST_P(TpSequenceParallel, MatchesSingleReduceScattersAndAllGathersWhatItAllReducedAndHoldsLessBetweenTheBlocks) {
+  const auto& [workload, t] = GetParam();
+  const bool gpt2 = workload == "gpt2";
+  // gpt2: 2 blocks, width 64, a vocabulary of 512, 8 tokens; transformer: 2 layers, width 128, 64 tokens.
+  const std::int64_t layers = 2, width = gpt2 ? 64 : 128, tokens = gpt2 ? 8 : 64, batch = 4;
+  std::vector<std::string> args = {"--strategy", "tp", "--world-size", std::to_string(t), "--workload", workload,
+                                   "--batch", std::to_string(batch), "--dataset-size", "16", "--parity-steps", "2"};
+  if (gpt2) args.insert(args.end(), {"--gpt2-size", "2:4:64:512", "--seq-len", "8"});
+  ScratchDir dir;
+  const auto whole_run = run_process(tp_run(dir.file("whole.json"), args));
+  args.push_back("--sequence-parallel");
+  const auto r = run_process(tp_run(dir.file("r.json"), args));
+  ASSERT_EQ(whole_run.exit_code, 0) << whole_run.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string name = workload + "/tp/world:" + std::to_string(t);
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const json whole_doc = json::parse(read_text(dir.file("whole.json")));
+  EXPECT_EQ(doc["context"]["ddpbench"]["settings"]["strategy_settings"]["tp"]["sequence_parallel"], true);
+  const auto* c = find_case(doc, name);
+  const auto* w = find_case(whole_doc, name);
+  ASSERT_NE(c, nullptr);
+  ASSERT_NE(w, nullptr);
+  const auto& d = (*c)["ddpbench"];
+  ASSERT_EQ(d["status"], "ok") << d["reason"];
+  EXPECT_LE(d["parity"]["max_rel_param_diff"].get<double>(), 1e-9);
+  EXPECT_TRUE(d["parity"]["within_tolerance"].get<bool>());
+
+  // A block's four all-reduces of [batch, tokens, width] floats become two reduce-scatters forward
+  // (the row layers') and two backward (the column layers' input gradients), two all-gathers
+  // forward (the column layers' inputs) and two backward (the row layers' output gradients). Then
+  // the output layer's input, all-gathered forward and reduce-scattered backward, and the share
+  // taken where the blocks begin, all-gathered backward. Each counts its whole buffer.
+  const std::int64_t activation = batch * tokens * width * 4;
+  const auto& comm = d["comm"];
+  EXPECT_EQ(comm["reduce_scatter_bytes_per_step"].get<std::int64_t>(), (4 * layers + 1) * activation) << comm.dump();
+  EXPECT_EQ(comm["all_gather_bytes_per_step"].get<std::int64_t>(), (4 * layers + 2) * activation) << comm.dump();
+  // All-reduced still: the embedding's lookups, the loss's two (1 and 2 floats a token), and the
+  // gradients of what ran on the shares: each block's two LayerNorms and two row biases (and
+  // gpt2's ln_f), in one.
+  const std::int64_t shared_gradients = layers * (2 * 2 * width + 2 * width) + (gpt2 ? 2 * width : 0);
+  EXPECT_EQ(comm["bytes_per_step"].get<std::int64_t>(),
+            activation + 3 * batch * tokens * 4 + shared_gradients * 4) << comm.dump();
+  EXPECT_EQ(comm["buckets"].get<int>(), (4 * layers + 1) + (4 * layers + 2) + 4) << comm.dump();
+  EXPECT_EQ(comm["reduce_scatters_per_step"].get<int>(), 4 * layers + 1) << comm.dump();
+  EXPECT_EQ(comm["all_gathers_per_step"].get<int>(), 4 * layers + 2) << comm.dump();
+  EXPECT_EQ(whole_doc["context"]["ddpbench"]["settings"]["strategy_settings"]["tp"]["sequence_parallel"], false);
+  EXPECT_EQ((*w)["ddpbench"]["comm"]["reduce_scatter_bytes_per_step"].get<std::int64_t>(), 0);
+
+  // Between the blocks each rank holds its share of the tokens. Memory by kind has no activations
+  // yet (issue 46), so this holds only that the peak of the rest falls, on transformer, where the
+  // blocks' activations make it (gpt2 at this size peaks elsewhere: at world 4 rank 3's rose by
+  // 3.5 KB). Measured: 3.50 -> 3.30 MB at world 2, 2.73 -> 2.36 MB at world 4.
+  ASSERT_EQ(d["memory"].size(), static_cast<std::size_t>(t));
+  if (!gpt2) {
+    for (int rank = 0; rank < t; ++rank) {
+      const auto split = d["memory"][rank]["other_bytes"].get<std::int64_t>();
+      const auto whole = (*w)["ddpbench"]["memory"][rank]["other_bytes"].get<std::int64_t>();
+      EXPECT_LT(split, whole) << "rank " << rank;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, TpSequenceParallel,
+                         ::testing::Values(SequenceParallelCase{"gpt2", 2}, SequenceParallelCase{"gpt2", 4},
+                                           SequenceParallelCase{"transformer", 2},
+                                           SequenceParallelCase{"transformer", 4}),
+                         [](const auto& info) { return info.param.workload + "_world" + std::to_string(info.param.world); });
+
 TEST(TpRun, SkipsWhatItCannotSplitSayingWhy) {
   ScratchDir dir;
   // mlp at world 3: fc1's 1024 outputs do not split three ways. convnet: no plan.
@@ -182,6 +262,18 @@ TEST(TpRun, SkipsWhatItCannotSplitSayingWhy) {
   EXPECT_EQ((*gpt2)["ddpbench"]["reason"],
             "tp: gpt2: h0.c_attn's 192 outputs (3 packed parts of 64) in groups of 16 (split by columns) do not divide "
             "among 3 ranks (--world-size)");
+  // --sequence-parallel: mlp has no sequence; gpt2's 6 tokens do not split four ways.
+  const auto sp = run_process(tp_run(dir.file("sp.json"), {"--strategy", "tp", "--sequence-parallel", "--world-size",
+                                                           "4", "--workload", "mlp,gpt2", "--gpt2-size", "2:4:64:512",
+                                                           "--seq-len", "6", "--batch", "4"}));
+  ASSERT_EQ(sp.exit_code, 0) << sp.err;
+  const json sp_doc = json::parse(read_text(dir.file("sp.json")));
+  EXPECT_EQ(tp_case(sp_doc, 4)["reason"],
+            "tp --sequence-parallel splits the hidden state by its sequence, and mlp's model has none to split");
+  const auto* gpt2_sp = find_case(sp_doc, "gpt2/tp/world:4");
+  ASSERT_NE(gpt2_sp, nullptr);
+  EXPECT_EQ((*gpt2_sp)["ddpbench"]["reason"],
+            "tp --sequence-parallel: gpt2's 6 tokens a sample (--seq-len) do not divide among 4 ranks (--world-size)");
 }
 
 }  // namespace
