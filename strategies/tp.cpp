@@ -19,205 +19,21 @@
 // the same bytes as the all-reduce they replace; the output layer all-gathers its input. The
 // LayerNorms and the row layers' biases then see a share of the tokens each, so their gradients are
 // summed over the group after backward, as Megatron does.
-#include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/functional/linear.h>
 #include <torch/nn/modules/embedding.h>
 
-#include <chrono>
+#include <stdexcept>
 #include <unordered_map>
 
-#include "collectives/shard_collectives.h"
 #include "compat/torch_compat.h"
 #include "distributed/process_group.h"
 #include "strategies/rank_state.h"
 #include "strategies/strategy.h"
+#include "strategies/tp_group.h"
 #include "workloads/vocab_parallel_cross_entropy.h"
 
 namespace ddpbench {
 namespace {
-
-// The group's all-reduces, counted and timed (comm_exposed) for the comm summary. The strategy's
-// own, so that the autograd functions below reach it through one pointer.
-class TensorParallelGroup {
- public:
-  void attach(ProcessGroupContext* group) { group_ = group; }
-  void set_phases(PhaseRecorder* phases) { phases_ = phases; }
-
-  torch::Tensor all_reduced(const torch::Tensor& x, const char* what) {
-    // Under --dtype bf16 the activations are bf16, which 1.x's Gloo cannot send: those are summed
-    // in float32 (and counted as sent in it) and rounded back, as ddp's buckets widen.
-    const bool widen = x.scalar_type() == torch::kBFloat16 && group_->kind() == DeviceKind::Cpu &&
-                       !compat::gloo_sends_bf16();
-    auto sum = widen ? x.detach().to(torch::kFloat) : x.detach().contiguous().clone();
-    reduce_in_place(sum, VocabReduce::Sum, what);
-    return widen ? sum.to(x.scalar_type()) : sum;
-  }
-
-  // `values` (contiguous, a type the backend sends) summed or maximised over the group in place.
-  void reduce_in_place(torch::Tensor& values, VocabReduce op, const char* what) {
-    std::optional<PhaseRecorder::Scope> scope;
-    if (phases_ != nullptr) scope.emplace(*phases_, Phase::CommExposed, what);
-    const auto start = std::chrono::steady_clock::now();
-    if (op == VocabReduce::Max) {
-      group_->allreduce_max(values, std::string("tp: ") + what);
-    } else {
-      group_->allreduce(values, std::string("tp: ") + what);
-    }
-    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    bytes_ += values.numel() * static_cast<std::int64_t>(values.element_size());
-    ++collectives_;
-  }
-
-  // Every rank's share of the sequence (`share`'s dimension `dim`) put together, in rank order.
-  torch::Tensor all_gathered(const torch::Tensor& share, std::int64_t dim, const char* what) {
-    const auto type = share.scalar_type();
-    const auto moved = share.detach().movedim(dim, 0);  // the shares end to end
-    const auto input = moved.to(sendable(type)).contiguous().view(-1);
-    auto output = torch::empty({input.numel() * group_->size()}, input.options());
-    std::optional<PhaseRecorder::Scope> scope;
-    if (phases_ != nullptr) scope.emplace(*phases_, Phase::CommExposed, what);
-    const auto done = all_gather(*group_, input, output, std::string("tp: ") + what);
-    gathered_.add(output, done.seconds);
-    auto shape = moved.sizes().vec();
-    shape[0] *= group_->size();
-    return output.view(shape).movedim(0, dim).to(type);
-  }
-
-  // `whole` summed over the group, this rank's share of the sequence (dimension `dim`) kept.
-  torch::Tensor reduce_scattered(const torch::Tensor& whole, std::int64_t dim, const char* what) {
-    const auto type = whole.scalar_type();
-    const auto moved = whole.detach().movedim(dim, 0);
-    // The ring works in its input: a copy of its own, whatever the caller still reads.
-    auto input = torch::empty(moved.sizes(), moved.options().dtype(sendable(type)));
-    input.copy_(moved);
-    input = input.view(-1);
-    auto output = torch::empty({input.numel() / group_->size()}, input.options());
-    std::optional<PhaseRecorder::Scope> scope;
-    if (phases_ != nullptr) scope.emplace(*phases_, Phase::CommExposed, what);
-    const auto done = reduce_scatter(*group_, input, output, std::string("tp: ") + what);
-    scattered_.add(input, done.seconds);
-    auto shape = moved.sizes().vec();
-    shape[0] /= group_->size();
-    return output.view(shape).movedim(0, dim).to(type);
-  }
-
-  int rank() const { return group_->rank(); }
-  int size() const { return group_->size(); }
-
-  // One kind of collective's payload (the whole buffer, as the sharded strategies count it) and time.
-  struct Kind {
-    std::int64_t bytes = 0, collectives = 0;
-    double seconds = 0;
-    void add(const torch::Tensor& whole, double s) {
-      bytes += whole.numel() * static_cast<std::int64_t>(whole.element_size());
-      seconds += s;
-      ++collectives;
-    }
-  };
-  struct Traffic {
-    std::int64_t bytes = 0, collectives = 0;  // the all-reduces'
-    double seconds = 0;
-    Kind gathered, scattered;
-  };
-  Traffic traffic() const { return {bytes_, collectives_, seconds_, gathered_, scattered_}; }
-  void reset() {
-    bytes_ = 0, collectives_ = 0, seconds_ = 0;
-    gathered_ = {}, scattered_ = {};
-  }
-
- private:
-  // bf16 where the backend cannot send it (1.x's Gloo) goes as float32, as all_reduced's does.
-  c10::ScalarType sendable(c10::ScalarType type) const {
-    return type == torch::kBFloat16 && group_->kind() == DeviceKind::Cpu && !compat::gloo_sends_bf16() ? torch::kFloat
-                                                                                                     : type;
-  }
-
-  ProcessGroupContext* group_ = nullptr;
-  PhaseRecorder* phases_ = nullptr;
-  std::int64_t bytes_ = 0, collectives_ = 0;
-  double seconds_ = 0;
-  Kind gathered_, scattered_;
-};
-
-// Megatron's f: the input of a column layer, whole on every rank; its gradient is each rank's part
-// of the sum, all-reduced.
-struct CopyToTensorParallel : torch::autograd::Function<CopyToTensorParallel> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, TensorParallelGroup* tp) {
-    ctx->saved_data["tp"] = reinterpret_cast<std::int64_t>(tp);
-    return x.view_as(x);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* tp = reinterpret_cast<TensorParallelGroup*>(ctx->saved_data["tp"].toInt());
-    return {tp->all_reduced(grads[0], "all-reduce backward"), torch::Tensor()};
-  }
-};
-
-// Megatron's g: a row layer's partial sums, all-reduced into the whole output; its gradient is the
-// same on every rank and passes through.
-struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorParallel> {
-  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x, TensorParallelGroup* tp) {
-    return tp->all_reduced(x, "all-reduce forward");
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
-                                                 torch::autograd::variable_list grads) {
-    return {grads[0], torch::Tensor()};
-  }
-};
-
-// Sequence parallelism's three (Megatron's scatter_to_, gather_from_ and
-// reduce_scatter_to_sequence_parallel_region), along the sequence's dimension `dim`.
-// The hidden state entering the blocks: this rank's share of the sequence; its gradient is every
-// rank's share's, all-gathered.
-struct KeepSequenceShare : torch::autograd::Function<KeepSequenceShare> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t dim,
-                               TensorParallelGroup* tp) {
-    ctx->saved_data["tp"] = reinterpret_cast<std::int64_t>(tp);
-    ctx->saved_data["dim"] = dim;
-    const std::int64_t share = x.size(dim) / tp->size();
-    return x.narrow(dim, tp->rank() * share, share).contiguous();
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* tp = reinterpret_cast<TensorParallelGroup*>(ctx->saved_data["tp"].toInt());
-    return {tp->all_gathered(grads[0], ctx->saved_data["dim"].toInt(), "all-gather backward"), torch::Tensor(),
-            torch::Tensor()};
-  }
-};
-
-// A column layer's input (or the output layer's): every token, all-gathered; its gradient is each
-// rank's part of the sum, reduce-scattered back into the shares.
-struct GatherSequenceShares : torch::autograd::Function<GatherSequenceShares> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t dim,
-                               TensorParallelGroup* tp) {
-    ctx->saved_data["tp"] = reinterpret_cast<std::int64_t>(tp);
-    ctx->saved_data["dim"] = dim;
-    return tp->all_gathered(x, dim, "all-gather forward");
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* tp = reinterpret_cast<TensorParallelGroup*>(ctx->saved_data["tp"].toInt());
-    return {tp->reduce_scattered(grads[0], ctx->saved_data["dim"].toInt(), "reduce-scatter backward"),
-            torch::Tensor(), torch::Tensor()};
-  }
-};
-
-// A row layer's partial sums: summed, each rank keeping its share of the sequence; the gradient of
-// the share, all-gathered.
-struct ReduceScatterToSequenceShare : torch::autograd::Function<ReduceScatterToSequenceShare> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t dim,
-                               TensorParallelGroup* tp) {
-    ctx->saved_data["tp"] = reinterpret_cast<std::int64_t>(tp);
-    ctx->saved_data["dim"] = dim;
-    return tp->reduce_scattered(x, dim, "reduce-scatter forward");
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* tp = reinterpret_cast<TensorParallelGroup*>(ctx->saved_data["tp"].toInt());
-    return {tp->all_gathered(grads[0], ctx->saved_data["dim"].toInt(), "all-gather backward"), torch::Tensor(),
-            torch::Tensor()};
-  }
-};
 
 // Where this rank's share of a split parameter sits in the whole: along `dim`, which holds `packed`
 // equal parts side by side (attention's Q, K and V), features [first, first + count) of each part
@@ -409,17 +225,25 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
 
   torch::Tensor linear(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& x) override {
     const auto found = held_.find(weight.unsafeGetTensorImpl());
-    if (found == held_.end()) return torch::nn::functional::linear(x, weight, bias);
+    if (found == held_.end()) {
+      // A weight split by vocabulary holds some of its rows: as a plain layer it would give some of
+      // the logits as if they were all.
+      if (vocabulary_first_.count(weight.unsafeGetTensorImpl()) != 0) {
+        throw std::logic_error("tp: a layer split by vocabulary ran through call_linear; its plan needs it run with "
+                               "its loss through call_output_loss");
+      }
+      return torch::nn::functional::linear(x, weight, bias);
+    }
     const bool has_bias = bias.defined() && bias.numel() > 0;
     if (found->second == TensorParallelSplit::Column) {
-      const auto input = sequence_dim_ ? GatherSequenceShares::apply(x, *sequence_dim_, &tp_)
-                         : x.requires_grad() ? CopyToTensorParallel::apply(x, &tp_)
+      const auto input = sequence_dim_ ? gather_sequence_shares(x, *sequence_dim_, tp_)
+                         : x.requires_grad() ? copy_to_tensor_parallel(x, tp_)
                                              : x;
       return torch::nn::functional::linear(input, weight, has_bias ? bias : torch::Tensor());
     }
     auto partial = torch::nn::functional::linear(x, weight);
-    auto whole = sequence_dim_ ? ReduceScatterToSequenceShare::apply(partial, *sequence_dim_, &tp_)
-                               : ReduceFromTensorParallel::apply(partial, &tp_);
+    auto whole = sequence_dim_ ? reduce_scatter_to_sequence_share(partial, *sequence_dim_, tp_)
+                               : reduce_from_tensor_parallel(partial, tp_);
     return has_bias ? whole + bias : whole;
   }
 
@@ -428,7 +252,7 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
   torch::Tensor enter_sequence_region(const torch::Tensor& hidden, std::int64_t sequence_dim) override {
     if (!sequence_parallel_) return hidden;
     sequence_dim_ = sequence_dim;
-    return KeepSequenceShare::apply(hidden, sequence_dim, &tp_);
+    return keep_sequence_share(hidden, sequence_dim, tp_);
   }
 
   // A table split by vocabulary: the ids in this rank's rows looked up, zeros for the others, summed
@@ -439,7 +263,7 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
     const std::int64_t first = found->second, count = table.weight.size(0);
     const auto outside = ids.lt(first).logical_or(ids.ge(first + count));
     const auto rows = torch::embedding(table.weight, (ids - first).masked_fill(outside, 0));
-    return ReduceFromTensorParallel::apply(rows.masked_fill(outside.unsqueeze(-1), 0), &tp_);
+    return reduce_from_tensor_parallel(rows.masked_fill(outside.unsqueeze(-1), 0), tp_);
   }
 
   // An output layer split by vocabulary: its input through f, this rank's share of the logits, the
@@ -449,9 +273,9 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
                             const std::function<torch::Tensor()>& as_the_workload_computes) override {
     const auto found = vocabulary_first_.find(weight.unsafeGetTensorImpl());
     if (found == vocabulary_first_.end()) return as_the_workload_computes();
-    const auto whole = sequence_dim_ ? GatherSequenceShares::apply(hidden, *sequence_dim_, &tp_) : hidden;
+    const auto whole = sequence_dim_ ? gather_sequence_shares(hidden, *sequence_dim_, tp_) : hidden;
     const auto flat = whole.reshape({-1, whole.size(-1)});
-    const auto input = sequence_dim_ || !flat.requires_grad() ? flat : CopyToTensorParallel::apply(flat, &tp_);
+    const auto input = sequence_dim_ || !flat.requires_grad() ? flat : copy_to_tensor_parallel(flat, tp_);
     const bool has_bias = bias.defined() && bias.numel() > 0;
     const auto logits = torch::nn::functional::linear(input, weight, has_bias ? bias : torch::Tensor());
     const VocabAllReduce all_reduce = [this](torch::Tensor& values, VocabReduce op) {
