@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <optional>
@@ -208,7 +209,7 @@ void agree_on_world_size(c10d::Store& store, const RankEnv& env, std::chrono::mi
 
 ProcessGroupContext::ProcessGroupContext(c10::intrusive_ptr<c10d::Store> store, int rank, int size, DeviceKind kind,
                                          std::chrono::milliseconds timeout, const std::string& hostname)
-    : store_(std::move(store)), rank_(rank), size_(size), kind_(kind), timeout_(timeout) {
+    : store_(std::move(store)), rank_(rank), size_(size), kind_(kind), timeout_(timeout), hostname_(hostname) {
   auto group_store = c10::make_intrusive<c10d::PrefixStore>("group/", store_);
   if (kind == DeviceKind::Cuda) {
     group_ = compat::make_nccl_group(group_store, rank, size, timeout);
@@ -219,6 +220,22 @@ ProcessGroupContext::ProcessGroupContext(c10::intrusive_ptr<c10d::Store> store, 
 }
 
 ProcessGroupContext::~ProcessGroupContext() { compat::shutdown_group(group_); }
+
+std::unique_ptr<ProcessGroupContext> ProcessGroupContext::subgroup(const std::string& name,
+                                                                   const std::vector<int>& members) const {
+  const auto me = std::find(members.begin(), members.end(), rank_);
+  if (me == members.end()) {
+    throw std::logic_error("subgroup " + name + ": rank " + std::to_string(rank_) + " is not among its members");
+  }
+  // The members in the keys' prefix: two groups of one name (a mesh's two tp groups) meet apart.
+  std::string prefix = "subgroup/" + name + "/";
+  for (int m : members) prefix += std::to_string(m) + ".";
+  auto store = c10::make_intrusive<c10d::PrefixStore>(prefix + "/", store_);
+  auto group = std::make_unique<ProcessGroupContext>(store, static_cast<int>(me - members.begin()),
+                                                     static_cast<int>(members.size()), kind_, timeout_, hostname_);
+  group->local_rank_ = local_rank_;
+  return group;
+}
 
 std::unique_ptr<ProcessGroupContext> ProcessGroupContext::join(
     const RankEnv& env, DeviceKind kind, std::chrono::milliseconds timeout,

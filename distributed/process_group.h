@@ -70,6 +70,11 @@ class ProcessGroupContext {
   // 1.13 and only an all-reduce plus a slice in 2.x, so on CPU collectives/ builds rings instead.
   c10::intrusive_ptr<c10d::Work> reduce_scatter_base_async(torch::Tensor output, torch::Tensor input);
   c10::intrusive_ptr<c10d::Work> allgather_base_async(torch::Tensor output, torch::Tensor input);
+  // A group of some of this group's ranks (`members`, ranks of this group, this one among them, in
+  // the order that gives each its rank in the new group) over this group's store, under `name`: a
+  // mesh dimension's (distributed/mesh.h). Every member calls it with the same name and members;
+  // groups of other members may be built at the same time. The same backend, timeout and device.
+  std::unique_ptr<ProcessGroupContext> subgroup(const std::string& name, const std::vector<int>& members) const;
   // Rank 0's values into every rank's `tensors` (flattened per dtype: one collective each).
   void broadcast_from_rank0(const std::vector<torch::Tensor>& tensors, const std::string& what);
   void barrier(const std::string& what);
@@ -82,6 +87,7 @@ class ProcessGroupContext {
   int local_rank_ = 0;
   DeviceKind kind_ = DeviceKind::Cpu;
   std::chrono::milliseconds timeout_;
+  std::string hostname_;  // the address Gloo binds its pairs to
 };
 
 }  // namespace ddpbench
