@@ -1,15 +1,17 @@
 #!/usr/bin/python3
 """ddpbench `tp` against PyTorch's DTensor tensor parallelism (`parallelize_module` with
-ColwiseParallel and RowwiseParallel, benchmarks/python_tp_loop.py) on `mlp`, Gloo, one thread per
-rank: the same plan (fc1 and fc3 by columns, fc2 and fc4 by rows), the same global batch on every
-rank. Needs torch 2.4 or later: run it in the LibTorch 2.x leg (scripts/test-libtorch2.sh,
+ColwiseParallel and RowwiseParallel, benchmarks/python_tp_loop.py) on `mlp` or `transformer`, Gloo,
+one thread per rank: the same plan (mlp: fc1 and fc3 by columns, fc2 and fc4 by rows; transformer:
+attention by heads, the feed-forward by columns then rows, the embedding and head by vocabulary with
+the loss on the split logits), the same global batch on every rank. Needs torch 2.4 or later: run it in the LibTorch 2.x leg (scripts/test-libtorch2.sh,
 trixie's torch 2.6) with --build build-libtorch2. ddpbench's `ddp` runs beside them for reference.
 
 Rounds are interleaved (benchmarks/interleave.py), each run fresh rank processes; a run's figures
 are rank 0's mean step time and its peak bytes (ddpbench: device 0's peak_allocated_bytes; the peer:
 every thread's malloc counted by benchmarks/heap_counter.c, preloaded).
 
-    benchmarks/compare_tp.py [--rounds 5] [--steps 20] [--warmup 5] [--batch 128] [--world 2]
+    benchmarks/compare_tp.py [--workload mlp|transformer] [--rounds 5] [--steps 20] [--warmup 5]
+                             [--batch 128 for mlp, 32 for transformer] [--world 2]
 """
 import json
 import os
@@ -24,14 +26,16 @@ from benchmarks.interleave import add_to_json, ddpbench_case, parser, peer_envir
 
 
 def main():
-    p = parser(__doc__, rounds=5, steps=20, batch=128)
+    p = parser(__doc__, rounds=5, steps=20, batch=0)
     p.add_argument("--world", type=int, default=2, help="ranks (one thread each)")
+    p.add_argument("--workload", choices=["mlp", "transformer"], default="mlp")
     args = p.parse_args()
+    args.batch = args.batch or (128 if args.workload == "mlp" else 32)
     peaks = {}
 
     def ddpbench(name, strategy):
         def run():
-            c = ddpbench_case(args.build, ["--strategy", strategy, "--workload", "mlp", "--device", "cpu",
+            c = ddpbench_case(args.build, ["--strategy", strategy, "--workload", args.workload, "--device", "cpu",
                                            "--world-size", str(args.world), "--threads", "1",
                                            "--batch", str(args.batch), "--steps", str(args.steps),
                                            "--warmup", str(args.warmup)])
@@ -47,7 +51,8 @@ def main():
     def peer(name):
         def run():
             r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "python_tp_loop.py"),
-                                str(args.steps), str(args.warmup), str(args.batch), "1", str(args.world)],
+                                str(args.steps), str(args.warmup), str(args.batch), "1", str(args.world),
+                                args.workload],
                                capture_output=True, text=True, env=env)
             if r.returncode != 0:
                 raise SystemExit(f"compare_tp: the peer exited {r.returncode}: {r.stderr.strip()[-2000:]}")
@@ -63,7 +68,7 @@ def main():
     }
     samples = run_rounds(tools, args.rounds)
     base = "ddpbench tp"
-    report(args, samples, f"mlp, world {args.world} (Gloo), global batch {args.batch} on every rank (tp) or split "
+    report(args, samples, f"{args.workload}, world {args.world} (Gloo), global batch {args.batch} on every rank (tp) or split "
            f"(ddp), 1 thread per rank, {args.steps} steps after {args.warmup} warm-up, {args.rounds} interleaved rounds",
            base, label="run")
     print()

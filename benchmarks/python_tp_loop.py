@@ -1,17 +1,26 @@
 #!/usr/bin/python3
 """PyTorch's own tensor parallelism (DTensor's `parallelize_module`, torch 2.4+: Debian trixie's
-python3-torch 2.6) on `mlp` over Gloo on the CPU: the peer benchmarks/compare_tp.py runs against
-ddpbench's `tp`. The same plan as ddpbench's mlp (fc1 ColwiseParallel, fc2 RowwiseParallel, fc3
-ColwiseParallel, fc4 RowwiseParallel, on a one-dimensional CPU device mesh), optimizer (SGD, lr
-0.01, momentum 0.9), synthetic data, batch and thread count; every rank trains on the whole batch;
-each rank pinned to its own cores as ddpbench pins its ranks.
+python3-torch 2.6) over Gloo on the CPU: the peer benchmarks/compare_tp.py runs against ddpbench's
+`tp`, on a one-dimensional CPU device mesh, every rank training on the whole batch, each rank
+pinned to its own cores as ddpbench pins its ranks. The same plan as ddpbench's:
+
+- mlp: fc1 ColwiseParallel, fc2 RowwiseParallel, fc3 ColwiseParallel, fc4 RowwiseParallel; SGD (lr
+  0.01, momentum 0.9).
+- transformer: ddpbench's (vocabulary 1000, width 128, 2 post-norm layers of 4 heads, feed-forward
+  512, 64 tokens), its layers written with separate q, k and v projections (PyTorch's
+  MultiheadAttention holds them packed, out of parallelize_module's reach, as ddpbench's plan packs
+  them in one projection split alike): q, k, v and linear1 ColwiseParallel, the attention's output
+  projection and linear2 RowwiseParallel, the token embedding RowwiseParallel (split by
+  vocabulary), the head ColwiseParallel with its logits left sharded and the loss under
+  loss_parallel() (vocabulary-parallel cross-entropy); AdamW (lr 1e-3) as ddpbench's.
 
 After the timed steps one more step is measured for its peak on rank 0 (benchmarks/heap_peak.py).
 Prints rank 0's figures as JSON: {"step_ms": [...], "peak_bytes": N, "held_bytes": N, "peak_method": ...}.
 
-    python_tp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD
+    python_tp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD [mlp|transformer]
 """
 import json
+import math
 import sys
 from collections import OrderedDict
 
@@ -22,15 +31,51 @@ from heap_peak import heap_counter, step_peak_bytes
 from rank_processes import MlpBatches, join_gloo_group, report_and_leave, run_ranks, timed_steps
 
 
-def rank_main(rank, world, port, steps, warmup, batch, threads, queue):
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+VOCAB, EMBED, HEADS, FEED_FORWARD, SEQUENCE, LAYERS = 1000, 128, 4, 512, 64, 2
 
-    join_gloo_group(rank, world, port, threads)
-    mesh = init_device_mesh("cpu", (world,))
+
+class EncoderLayer(nn.Module):
+    """One of ddpbench's transformer layers (post-norm, ReLU, no dropout), sequence-first, with q, k
+    and v apart; the heads' count read from q's width, which is this rank's heads' under the plan."""
+
+    def __init__(self):
+        super().__init__()
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(EMBED, EMBED) for _ in range(4))
+        self.linear1, self.linear2 = nn.Linear(EMBED, FEED_FORWARD), nn.Linear(FEED_FORWARD, EMBED)
+        self.norm1, self.norm2 = nn.LayerNorm(EMBED), nn.LayerNorm(EMBED)
+
+    def forward(self, h, mask):
+        seq, batch, head_width = h.size(0), h.size(1), EMBED // HEADS
+        q, k, v = self.wq(h), self.wk(h), self.wv(h)
+        width = q.size(-1)
+
+        def heads(z):
+            return z.reshape(seq, batch * (width // head_width), head_width).transpose(0, 1)
+        scores = torch.bmm(heads(q) / math.sqrt(head_width), heads(k).transpose(1, 2)) + mask
+        attended = torch.bmm(torch.softmax(scores, -1), heads(v)).transpose(0, 1).reshape(seq, batch, width)
+        x = self.norm1(h + self.wo(attended))
+        return self.norm2(x + self.linear2(torch.relu(self.linear1(x))))
+
+
+class CausalLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(VOCAB, EMBED), nn.Embedding(SEQUENCE, EMBED)
+        self.layers = nn.ModuleList(EncoderLayer() for _ in range(LAYERS))
+        self.head = nn.Linear(EMBED, VOCAB)
+
+    def forward(self, tokens):
+        seq = tokens.size(1)
+        h = (self.tokens(tokens) + self.positions(torch.arange(seq)).unsqueeze(0)).transpose(0, 1)
+        mask = torch.full((seq, seq), float("-inf")).triu(1)
+        for layer in self.layers:
+            h = layer(h, mask)
+        return self.head(h.transpose(0, 1))
+
+
+def mlp_step(mesh, batch):
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     data = MlpBatches(batch)
-    heap = heap_counter()
-    torch.manual_seed(42)
     model = nn.Sequential(OrderedDict([("fc1", nn.Linear(784, 1024)), ("relu1", nn.ReLU()),
                                        ("fc2", nn.Linear(1024, 1024)), ("relu2", nn.ReLU()),
                                        ("fc3", nn.Linear(1024, 1024)), ("relu3", nn.ReLU()),
@@ -45,6 +90,43 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, queue):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+    return model, opt, step
+
+
+def transformer_step(mesh, batch):
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, loss_parallel, parallelize_module
+    gen = torch.Generator().manual_seed(42)
+    tokens = torch.randint(0, VOCAB, (32 * batch, SEQUENCE + 1), generator=gen)
+    inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    model = CausalLM()
+    plan = {"tokens": RowwiseParallel(input_layouts=Replicate()),
+            "head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)}
+    for i in range(LAYERS):
+        plan.update({f"layers.{i}.{name}": ColwiseParallel() for name in ("wq", "wk", "wv", "linear1")})
+        plan.update({f"layers.{i}.{name}": RowwiseParallel() for name in ("wo", "linear2")})
+    parallelize_module(model, mesh, plan)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step(k):
+        rows = slice((k % 32) * batch, (k % 32 + 1) * batch)
+        logits = model(inputs[rows])
+        with loss_parallel():
+            loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets[rows].flatten())
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return model, opt, step
+
+
+def rank_main(rank, world, port, steps, warmup, batch, threads, workload, queue):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    join_gloo_group(rank, world, port, threads)
+    mesh = init_device_mesh("cpu", (world,))
+    heap = heap_counter()
+    torch.manual_seed(42)
+    model, opt, step = (transformer_step if workload == "transformer" else mlp_step)(mesh, batch)
 
     times = timed_steps(step, warmup, steps)
 
@@ -60,7 +142,8 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, queue):
 
 def main():
     steps, warmup, batch, threads, world = (int(a) for a in sys.argv[1:6])
-    figures, rc = run_ranks("python_tp_loop.py", rank_main, world, (steps, warmup, batch, threads))
+    workload = sys.argv[6] if len(sys.argv) > 6 else "mlp"
+    figures, rc = run_ranks("python_tp_loop.py", rank_main, world, (steps, warmup, batch, threads, workload))
     if figures is not None:
         print(json.dumps(figures))
     return rc

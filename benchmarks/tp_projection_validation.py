@@ -1,0 +1,116 @@
+#!/usr/bin/python3
+"""ddpbench-project's tp checked against measurement on this machine: tp measured at one group size
+(beside single, which tp's projection needs), projected to others, and those measured.
+
+Each round: `single,tp` at --from-world ranks (the base), then tp at each of --worlds, all with the
+same workload and global batch (every tp rank computes the whole batch); the base projected to
+every world (its own included: what the model makes of the case it starts from) on this host's
+loopback, fitted from ddpbench-micro's Gloo all-reduce times as projection_validation.py fits it,
+with this machine's cores as its compute slots. A case's error is the median over rounds of the
+round's error (the base and the measured runs of a round back to back: this VM drifts between
+minutes). --sequence-parallel runs and projects tp with it.
+
+    /usr/bin/python3 benchmarks/tp_projection_validation.py OUT_DIR [--workload mlp] [--from-world 2]
+        [--worlds 2,4] [--steps 20] [--repetitions 3] [--rounds 3] [--sequence-parallel] [--build build]
+
+Writes OUT_DIR/validation.json and OUT_DIR/validation.md, and keeps every results file it read.
+"""
+import argparse
+import json
+import os
+import sys
+from dataclasses import replace
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from benchmarks.projection_validation import median_case, run  # noqa: E402
+from projection import model, network  # noqa: E402
+from reports import results, stats  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out")
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--workload", default="mlp")
+    p.add_argument("--from-world", type=int, default=2)
+    p.add_argument("--worlds", default="2,4")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--repetitions", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--sequence-parallel", action="store_true")
+    args = p.parse_args()
+    worlds = [int(w) for w in args.worlds.split(",")]
+    os.makedirs(args.out, exist_ok=True)
+    exe = os.path.join(args.build, "ddpbench")
+    flags = ["--sequence-parallel"] if args.sequence_parallel else []
+
+    micro = os.path.join(args.out, "micro.json")
+    run([os.path.join(args.build, "benchmarks", "ddpbench-micro"), "--benchmark_filter=GlooAllreduce",
+         f"--benchmark_out={micro}", "--benchmark_out_format=json", "--benchmark_min_time=0.2"])
+    cores = len(os.sched_getaffinity(0))
+    loopback = replace(network.load(micro), devices_per_node=max(worlds + [args.from_world]),
+                       compute_slots_per_node=cores)
+
+    def measure(strategies, world, round_, role):
+        path = os.path.join(args.out, f"{args.workload}-tp-{role}-world{world}-round{round_}.json")
+        run([exe, "--strategy", strategies, "--world-size", str(world), *flags, "--workload", args.workload,
+             "--device", "cpu", "--threads", "1", "--steps", str(args.steps), "--warmup", "5",
+             "--repetitions", str(args.repetitions), "--parity-steps", "0", "--json", path])
+        return path
+
+    samples = {}
+    for round_ in range(args.rounds):
+        base_doc = results.load(measure("single,tp", args.from_world, round_, "base"))
+        cases = model.measured_cases(base_doc)
+        (base,) = [c for c in cases if c.strategy == "tp"]
+        (single,) = [c for c in cases if c.strategy == "single"]
+        projector = model.Projector(loopback, "weak")
+        projector.singles[args.workload] = single
+        for world in worlds:
+            projected = projector.project(base, "tp", world)
+            if projected.status != "projected":
+                raise SystemExit(f"tp_projection_validation: {args.from_world} -> {world}: {projected.reason}")
+            _, measured = median_case(measure("tp", world, round_, "measured"), "tp")
+            s = samples.setdefault(world, {"predicted_ms": [], "measured_ms": [], "errors": [],
+                                           "exposed_predicted_ms": [], "exposed_measured_ms": []})
+            s["predicted_ms"].append(projected.step_ms)
+            s["measured_ms"].append(measured["real_time"])
+            s["errors"].append(projected.step_ms / measured["real_time"] - 1)
+            s["exposed_predicted_ms"].append(projected.exposed_comm_ms)
+            s["exposed_measured_ms"].append(measured["ddpbench"]["phases_ms"].get("comm_exposed", 0.0))
+            print(f"round {round_} {args.workload}/tp {args.from_world} -> {world}: predicted "
+                  f"{projected.step_ms:.2f} ms, measured {measured['real_time']:.2f} ms, "
+                  f"error {s['errors'][-1] * 100:+.1f}%", flush=True)
+
+    rows = [{"from_world": args.from_world, "world": world, "rounds": len(s["errors"]),
+             "error": stats.median(s["errors"]), "round_errors": s["errors"],
+             "predicted_ms": stats.median(s["predicted_ms"]), "measured_ms": stats.median(s["measured_ms"]),
+             "exposed_predicted_ms": stats.median(s["exposed_predicted_ms"]),
+             "exposed_measured_ms": stats.median(s["exposed_measured_ms"])}
+            for world, s in samples.items()]
+    errors = [abs(r["error"]) for r in rows]
+    doc = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "network": loopback.to_json(),
+           "rows": rows, "summary": {"cases": len(rows), "median_abs_error": stats.median(errors),
+                                     "max_abs_error": max(errors),
+                                     "under_predicted": sum(1 for r in rows if r["error"] < 0)}}
+    with open(os.path.join(args.out, "validation.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    lines = ["| from | to | error (median of rounds) | by round | predicted / measured ms (medians) | "
+             "communication predicted / measured, ms |", "|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['from_world']} | {r['world']} | {r['error'] * 100:+.1f}% | "
+                     + ", ".join(f"{e * 100:+.0f}%" for e in r["round_errors"])
+                     + f" | {r['predicted_ms']:.2f} / {r['measured_ms']:.2f} | "
+                       f"{r['exposed_predicted_ms']:.2f} / {r['exposed_measured_ms']:.2f} |")
+    mode = " --sequence-parallel" if args.sequence_parallel else ""
+    lines += ["", f"{args.workload}/tp{mode}, {len(rows)} cases: median absolute error "
+              f"{doc['summary']['median_abs_error'] * 100:.1f}%, largest {doc['summary']['max_abs_error'] * 100:.1f}%, "
+              f"{doc['summary']['under_predicted']} predicted low."]
+    with open(os.path.join(args.out, "validation.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
