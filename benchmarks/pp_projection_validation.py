@@ -19,15 +19,13 @@ interleaved-1f1b takes --chunks chunks a rank: its worlds need workloads of unit
 chunks stages of a unit each; mlp's 4 units allow 2 ranks only).
 """
 import argparse
-import json
 import os
 import sys
-from dataclasses import replace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.projection_validation import median_case, run  # noqa: E402
-from projection import model, network  # noqa: E402
+from benchmarks.projection_validation import by_round, loopback_network, median_case, run, write_validation  # noqa: E402
+from projection import model  # noqa: E402
 from reports import results, stats  # noqa: E402
 
 
@@ -49,12 +47,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     exe = os.path.join(args.build, "ddpbench")
 
-    micro = os.path.join(args.out, "micro.json")
-    run([os.path.join(args.build, "benchmarks", "ddpbench-micro"), "--benchmark_filter=GlooAllreduce",
-         f"--benchmark_out={micro}", "--benchmark_out_format=json", "--benchmark_min_time=0.2"])
-    cores = len(os.sched_getaffinity(0))
-    loopback = replace(network.load(micro), devices_per_node=max(worlds + [args.from_world]),
-                       compute_slots_per_node=cores)
+    loopback = loopback_network(args.build, args.out, max(worlds + [args.from_world]))
 
     def measure(schedule, world, round_, role):
         path = os.path.join(args.out, f"{args.workload}-{schedule}-{role}-world{world}-round{round_}.json")
@@ -89,24 +82,13 @@ def main():
              "predicted_ms": stats.median(s["predicted_ms"]), "measured_ms": stats.median(s["measured_ms"]),
              "exposed_predicted_ms": stats.median(s["exposed_predicted_ms"])}
             for (schedule, world), s in samples.items()]
-    errors = [abs(r["error"]) for r in rows]
-    doc = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "network": loopback.to_json(),
-           "rows": rows, "summary": {"cases": len(rows), "median_abs_error": stats.median(errors),
-                                     "max_abs_error": max(errors),
-                                     "under_predicted": sum(1 for r in rows if r["error"] < 0)}}
-    with open(os.path.join(args.out, "validation.json"), "w") as f:
-        json.dump(doc, f, indent=1)
-    lines = ["| schedule | from | to | error (median of rounds) | by round | predicted / measured ms (medians) | "
-             "hops' share predicted, ms |", "|---|---:|---:|---:|---|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['schedule']} | {r['from_world']} | {r['world']} | {r['error'] * 100:+.1f}% | "
-                     + ", ".join(f"{e * 100:+.0f}%" for e in r["round_errors"])
-                     + f" | {r['predicted_ms']:.2f} / {r['measured_ms']:.2f} | {r['exposed_predicted_ms']:.2f} |")
-    lines += ["", f"{args.workload}, {len(rows)} cases: median absolute error {doc['summary']['median_abs_error'] * 100:.1f}%, "
-              f"largest {doc['summary']['max_abs_error'] * 100:.1f}%, {doc['summary']['under_predicted']} predicted low."]
-    with open(os.path.join(args.out, "validation.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_validation(args, loopback, rows,
+                     ["schedule", "from", "to", "error (median of rounds)", "by round",
+                      "predicted / measured ms (medians)", "hops' share predicted, ms"],
+                     lambda r: [r["schedule"], str(r["from_world"]), str(r["world"]), f"{r['error'] * 100:+.1f}%",
+                                by_round(r["round_errors"]), f"{r['predicted_ms']:.2f} / {r['measured_ms']:.2f}",
+                                f"{r['exposed_predicted_ms']:.2f}"],
+                     args.workload)
 
 
 if __name__ == "__main__":

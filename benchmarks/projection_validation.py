@@ -101,6 +101,42 @@ def run(cmd, **kw):
     return r
 
 
+def loopback_network(build, out, devices_per_node):
+    """This host's loopback as ddpbench-project describes a network: alpha and bandwidth fitted to
+    ddpbench-micro's Gloo all-reduce times (kept as OUT/micro.json), `devices_per_node` a node, this
+    machine's cores its compute slots (--threads 1 a rank). For the scripts that project one
+    strategy to other sizes (pp_, tp_projection_validation.py)."""
+    micro = os.path.join(out, "micro.json")
+    run([os.path.join(build, "benchmarks", "ddpbench-micro"), "--benchmark_filter=GlooAllreduce",
+         f"--benchmark_out={micro}", "--benchmark_out_format=json", "--benchmark_min_time=0.2"])
+    return replace(network.load(micro), devices_per_node=devices_per_node,
+                   compute_slots_per_node=len(os.sched_getaffinity(0)))
+
+
+def write_validation(args, loopback, rows, header, row_cells, what):
+    """OUT/validation.json (the settings, the network, `rows`, a summary of their errors) and
+    OUT/validation.md (the table: `header`'s columns, `row_cells(row)` a row's, then a line saying
+    `what` and the summary), printed as well. Each row has "error" and "round_errors"."""
+    errors = [abs(r["error"]) for r in rows]
+    doc = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "network": loopback.to_json(),
+           "rows": rows, "summary": {"cases": len(rows), "median_abs_error": stats.median(errors),
+                                     "max_abs_error": max(errors),
+                                     "under_predicted": sum(1 for r in rows if r["error"] < 0)}}
+    with open(os.path.join(args.out, "validation.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
+    lines += ["", f"{what}, {len(rows)} cases: median absolute error {doc['summary']['median_abs_error'] * 100:.1f}%, "
+              f"largest {doc['summary']['max_abs_error'] * 100:.1f}%, {doc['summary']['under_predicted']} predicted low."]
+    with open(os.path.join(args.out, "validation.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def by_round(errors):
+    return ", ".join(f"{e * 100:+.0f}%" for e in errors)
+
+
 def median_case(path, strategy):
     doc = results.load(path)
     for b in doc["benchmarks"]:
