@@ -18,29 +18,21 @@ Writes OUT_DIR/validation.json and OUT_DIR/validation.md, and keeps every result
 interleaved-1f1b takes --chunks chunks a rank: its worlds need workloads of units enough (ranks x
 chunks stages of a unit each; mlp's 4 units allow 2 ranks only).
 """
-import argparse
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.projection_validation import by_round, loopback_network, median_case, run, write_validation  # noqa: E402
+from benchmarks.projection_validation import (by_round, loopback_network, median_case, resize_parser, run,  # noqa: E402
+                                               write_validation)
 from projection import model  # noqa: E402
 from reports import results, stats  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out")
-    p.add_argument("--build", default=os.path.join(ROOT, "build"))
-    p.add_argument("--workload", default="mlp")
+    p = resize_parser(__doc__, "2,3,4")
     p.add_argument("--schedules", default="gpipe,1f1b")
-    p.add_argument("--from-world", type=int, default=2)
-    p.add_argument("--worlds", default="2,3,4")
     p.add_argument("--chunks", type=int, default=2, help="chunks a rank under interleaved-1f1b (default 2)")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--repetitions", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     worlds = [int(w) for w in args.worlds.split(",")]
     schedules = args.schedules.split(",")

@@ -101,6 +101,22 @@ def run(cmd, **kw):
     return r
 
 
+def resize_parser(doc, worlds):
+    """The options of the scripts that measure a strategy at one size and project it to others:
+    OUT, --build, --workload, --from-world, --worlds (default `worlds`), --steps, --repetitions,
+    --rounds."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out")
+    p.add_argument("--build", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build"))
+    p.add_argument("--workload", default="mlp")
+    p.add_argument("--from-world", type=int, default=2)
+    p.add_argument("--worlds", default=worlds)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--repetitions", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3)
+    return p
+
+
 def loopback_network(build, out, devices_per_node):
     """This host's loopback as ddpbench-project describes a network: alpha and bandwidth fitted to
     ddpbench-micro's Gloo all-reduce times (kept as OUT/micro.json), `devices_per_node` a node, this

@@ -15,27 +15,19 @@ minutes). --sequence-parallel runs and projects tp with it.
 
 Writes OUT_DIR/validation.json and OUT_DIR/validation.md, and keeps every results file it read.
 """
-import argparse
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.projection_validation import by_round, loopback_network, median_case, run, write_validation  # noqa: E402
+from benchmarks.projection_validation import (by_round, loopback_network, median_case, resize_parser, run,  # noqa: E402
+                                               write_validation)
 from projection import model  # noqa: E402
 from reports import results, stats  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("out")
-    p.add_argument("--build", default=os.path.join(ROOT, "build"))
-    p.add_argument("--workload", default="mlp")
-    p.add_argument("--from-world", type=int, default=2)
-    p.add_argument("--worlds", default="2,4")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--repetitions", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=3)
+    p = resize_parser(__doc__, "2,4")
     p.add_argument("--sequence-parallel", action="store_true")
     args = p.parse_args()
     worlds = [int(w) for w in args.worlds.split(",")]
