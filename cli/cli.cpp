@@ -17,6 +17,7 @@
 #include "base/errors.h"
 #include "cli/options_codec.h"
 #include "cli/pipeline_flags.h"
+#include "distributed/process_group.h"
 #include "strategies/strategy.h"
 #include "compat/torch_compat.h"
 #include "models/workload_sources.h"
@@ -365,6 +366,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (device != "auto" && device != "cpu" && device != "cuda") {
     throw UsageError("--device: unknown device '" + device + "' (expected auto, cpu or cuda)");
   }
+  nccl_waits_on_the_stream();  // a misspelt DDPBENCH_NCCL_WAIT fails here, before any case runs
   if (!world_size.empty()) {
     cmd.devices.world_size = static_cast<int>(parse_count("--world-size", world_size, 1, CpuMemoryCounter::kMaxWorldSize));
   }

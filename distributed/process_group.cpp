@@ -207,12 +207,21 @@ void agree_on_world_size(c10d::Store& store, const RankEnv& env, std::chrono::mi
 
 }  // namespace
 
+bool nccl_waits_on_the_stream() {
+  const char* value = std::getenv("DDPBENCH_NCCL_WAIT");
+  if (value == nullptr || std::string(value).empty() || std::string(value) == "host") return false;
+  if (std::string(value) == "stream") return true;
+  throw UsageError(std::string("DDPBENCH_NCCL_WAIT: expected host or stream, got '") + value + "'");
+}
+
 ProcessGroupContext::ProcessGroupContext(c10::intrusive_ptr<c10d::Store> store, int rank, int size, DeviceKind kind,
                                          std::chrono::milliseconds timeout, const std::string& hostname)
     : store_(std::move(store)), rank_(rank), size_(size), kind_(kind), timeout_(timeout), hostname_(hostname) {
+  const bool stream_waits = nccl_waits_on_the_stream();  // read on CPU too: a misspelling fails anywhere
   auto group_store = c10::make_intrusive<c10d::PrefixStore>("group/", store_);
   if (kind == DeviceKind::Cuda) {
     group_ = compat::make_nccl_group(group_store, rank, size, timeout);
+    stream_waits_ = stream_waits;
   } else {
     const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
     group_ = compat::make_gloo_group(group_store, rank, size, timeout, hostname, interface ? interface : "");
@@ -285,7 +294,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupContext::allreduce_async(const torch:
 
 void ProcessGroupContext::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const {
   try {
-    work->wait(timeout_);
+    if (stream_waits_) {
+      work->wait();  // no timeout given: the current stream waits, the host does not
+    } else {
+      work->wait(timeout_);
+    }
   } catch (const std::exception& e) {
     throw CommFailure(what + " failed on rank " + std::to_string(rank_) + " (a peer died, hung or timed out after " +
                       seconds(timeout_) + " s): " + first_line(e.what()));

@@ -27,6 +27,10 @@ class CommFailure : public CaseFailure {
   using CaseFailure::CaseFailure;
 };
 
+// DDPBENCH_NCCL_WAIT: false for `host` (the default, also when unset or empty), true for `stream`
+// (ProcessGroupContext::wait says what each does); anything else is a UsageError naming the variable.
+bool nccl_waits_on_the_stream();
+
 class ProcessGroupContext {
  public:
   // Joins the group `env` describes: connects to (or, as rank 0 without a launcher, hosts) the
@@ -56,7 +60,13 @@ class ProcessGroupContext {
 
   // Starts an all-reduce (sum) of one flat tensor; wait with wait().
   c10::intrusive_ptr<c10d::Work> allreduce_async(const torch::Tensor& flat);
-  // Waits within the timeout; throws CommFailure saying what was awaited.
+  // Waits within the timeout; throws CommFailure saying what was awaited. On NCCL the host blocks
+  // until the collective has ended (c10d 2.x's WorkNCCL::wait polls when given a timeout), unless
+  // DDPBENCH_NCCL_WAIT=stream: then only the calling thread's current stream waits for it, the host
+  // runs on to queue the next kernels, and the timeout is the group's NCCL watchdog's (it ends the
+  // process, so a hung peer still leaves no hang). A diagnostic switch for measuring what the host
+  // waits cost (scripts/gpu-visit.sh's nccl-wait); the host-clock seconds of the collectives
+  // (CommSummary's *_seconds_per_step) then measure launches, not transfers.
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const;
   void allreduce(const torch::Tensor& flat, const std::string& what);
   // The element-wise maximum over the ranks, in place (a vocabulary-parallel loss's row maxima).
@@ -88,6 +98,7 @@ class ProcessGroupContext {
   DeviceKind kind_ = DeviceKind::Cpu;
   std::chrono::milliseconds timeout_;
   std::string hostname_;  // the address Gloo binds its pairs to
+  bool stream_waits_ = false;  // NCCL with DDPBENCH_NCCL_WAIT=stream (wait's comment)
 };
 
 }  // namespace ddpbench

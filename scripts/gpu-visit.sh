@@ -11,10 +11,15 @@
 #   GPU_VISIT_DEADLINE   seconds from the start after which nothing runs (default 565: call the device
 #                        tool with timeout_s 595; the whole CTest needs some 400 s on 10 cores there,
 #                        where 354 s ran 286 of its 353 tests on 2026-11-27)
-#   GPU_VISIT_STEPS      which of: env build measure ctest report (default: all of them)
+#   GPU_VISIT_STEPS      which of: env build measure ctest report (default: all of them); also
+#                        ctest-rest: on a machine still warm from a visit whose CTest did not finish,
+#                        the tests that no earlier CTest of this build passed, on every core
 #   GPU_VISIT_MEASURES   which measurements, in this order (default: gpt2-loss-paths
-#                        compare-gpt2-default compare-gpt2-plain gpt2-pp-tp memory all-bf16; also
-#                        compare-gpt2-fused gpt2 memory-bucket-view compare-small resnet50)
+#                        compare-gpt2-default nccl-wait memory all-bf16; also compare-gpt2-plain
+#                        compare-gpt2-fused gpt2 gpt2-pp-tp memory-bucket-view compare-small resnet50)
+#   GPU_VISIT_CTEST_COSTS a CTest log of an earlier visit (plain or .gz): CTest runs the tests that
+#                        took longest there first, and the tests it lacks before them (those that
+#                        were not reached), so that a run cut short leaves the quick ones undone
 #   GPU_VISIT_SMOKE=1    every measurement tiny and on the CPU, against DDPBENCH_BUILD_DIR: checks
 #                        this script on a machine without a GPU before a visit spends device time
 #   GPU_VISIT_CTEST_ARGS more ctest arguments (a smoke check's -R FILTER)
@@ -27,7 +32,7 @@ out="$(realpath "$out")"
 started=$(date +%s)
 deadline="${GPU_VISIT_DEADLINE:-565}"
 steps="${GPU_VISIT_STEPS:-env build measure ctest report}"
-measures="${GPU_VISIT_MEASURES:-gpt2-loss-paths compare-gpt2-default compare-gpt2-plain gpt2-pp-tp memory all-bf16}"
+measures="${GPU_VISIT_MEASURES:-gpt2-loss-paths compare-gpt2-default nccl-wait memory all-bf16}"
 smoke="${GPU_VISIT_SMOKE:-0}"
 build="${DDPBENCH_BUILD_DIR:-build-gpu}"
 python="${PYTHON:-python3}"
@@ -99,6 +104,11 @@ measure() {
     gpt2-pp-tp)  # pp and tp on one GPU in bf16 (one stage, one share: their CUDA paths over NCCL), beside single
       step gpt2-pp-tp 90 "${ddpbench[@]}" --strategy single,pp,tp --workload gpt2 --dtype bf16 --repetitions 2 \
         --target-precision 0 "${gpt2_short_flags[@]}" --json "$out/gpt2-pp-tp.json" ;;
+    nccl-wait)  # the host blocked on every NCCL wait (the default) against only the stream waiting
+      step nccl-wait-host 90 env DDPBENCH_NCCL_WAIT=host "${ddpbench[@]}" --strategy single,ddp,tp --workload gpt2 \
+        --dtype bf16 --repetitions 2 --target-precision 0 "${gpt2_short_flags[@]}" --json "$out/nccl-wait-host.json"
+      step nccl-wait-stream 90 env DDPBENCH_NCCL_WAIT=stream "${ddpbench[@]}" --strategy single,ddp,tp --workload gpt2 \
+        --dtype bf16 --repetitions 2 --target-precision 0 "${gpt2_short_flags[@]}" --json "$out/nccl-wait-stream.json" ;;
     memory)  # memory by kind on the caching allocator, every strategy one GPU allows
       step mlp-fp32-all 120 "${ddpbench[@]}" --strategy all --workload mlp "${fixed_reps[@]}" "${run_flags[@]}" \
         --json "$out/mlp-fp32-all.json" ;;
@@ -143,18 +153,56 @@ if has build "$steps"; then
   fi
 fi
 
+# CTest's schedule from an earlier visit's log: CTestCostData.txt holds each test's seconds there;
+# a test the log lacks gets more than any, so the ones a cut-short run did not reach go first.
+order_tests_by_costs() {
+  local log=$1 costs="$build/Testing/Temporary/CTestCostData.txt"
+  [ -f "$log" ] || { note "ctest: no log $log to order the tests by"; return; }
+  mkdir -p "$build/Testing/Temporary"
+  (cd "$build" && ctest -N) | sed -n 's/^ *Test *#[0-9]*: //p' >"$out/ctest-names.txt"
+  { if [[ "$log" == *.gz ]]; then zcat "$log"; else cat "$log"; fi; } |
+    sed -n 's/^.*Test *#[0-9]*: \([^ ]*\) \.*.*Passed *\([0-9.]*\) sec.*$/\1 \2/p' |
+    awk -v names="$out/ctest-names.txt" '
+      { if (!($1 in t) || $2 > t[$1]) t[$1] = $2 }
+      END { while ((getline n < names) > 0) print n, 1, ((n in t) ? t[n] : 1000); print "---" }' >"$costs"
+  note "ctest: ordered by $(basename "$log"): $(grep -c " 1000$" "$costs") of $(($(wc -l <"$costs") - 1)) tests not in it, run first"
+}
+
+# The numbers of this build's tests that no earlier CTest of it passed (its logs: ctest-*.log in the build).
+tests_not_yet_passed() {
+  (cd "$build" && ctest -N) | sed -n 's/^ *Test *#\([0-9]*\): .*/\1/p' | sort >"$out/ctest-all.txt"
+  cat "$build"/ctest-*.log 2>/dev/null | sed -n 's/^.*Test *#\([0-9]*\): .*Passed.*/\1/p' | sort -u >"$out/ctest-passed.txt"
+  comm -23 "$out/ctest-all.txt" "$out/ctest-passed.txt" | sort -n | paste -sd, -
+}
+
 tests_pid=""
+if has ctest-rest "$steps"; then
+  rest="$(tests_not_yet_passed)"
+  if [ -z "$rest" ]; then
+    note "ctest-rest: every test passed in an earlier run"
+  else
+    note "ctest-rest: $(echo "$rest" | tr ',' '\n' | wc -l) tests not yet passed"
+    (cd "$build" && CUDA_VISIBLE_DEVICES="" DDPBENCH_PYTHON="$(command -v "$python")" step ctest-rest 600 \
+      ctest -j "$cores" --output-on-failure --timeout 300 -I "0,0,0,$rest" ${GPU_VISIT_CTEST_ARGS:+$GPU_VISIT_CTEST_ARGS})
+    cp "$out/ctest-rest.log" "$build/ctest-rest-$(date +%s).log"
+    grep -E "tests passed|tests failed" "$out/ctest-rest.log" | tee -a "$summary"
+    grep -E "^\s+[0-9]+ - .*\((Failed|SEGFAULT|Timeout|Subprocess|Child|Exception)" "$out/ctest-rest.log" | cut -c1-160 |
+      head -40 | tee -a "$summary"
+  fi
+fi
 if has ctest "$steps"; then
   (
     if step build-tests 300 taskset -c "$test_cpus" cmake --build "$build" -j "$test_jobs"; then
+      if [ -n "${GPU_VISIT_CTEST_COSTS:-}" ]; then order_tests_by_costs "$GPU_VISIT_CTEST_COSTS"; fi
       # The two-minute gpt2 parity test included: this is the whole suite. The tests that export
       # models run the exporter with the interpreter that has torch (DDPBENCH_PYTHON), not with
       # /usr/bin/python3, which on the GPU machine has none.
       (cd "$build" && CUDA_VISIBLE_DEVICES="" DDPBENCH_PYTHON="$(command -v "$python")" step ctest 450 \
         taskset -c "$test_cpus" ctest -j "$test_jobs" --output-on-failure --timeout 300 \
         ${GPU_VISIT_CTEST_ARGS:+$GPU_VISIT_CTEST_ARGS})
+      cp "$out/ctest.log" "$build/ctest-$(date +%s).log"  # what passed, for a later ctest-rest
       # A failure run again tells one that comes every time from one that came once.
-      if grep -q "tests failed" "$out/ctest.log"; then
+      if grep -q "The following tests FAILED" "$out/ctest.log"; then
         (cd "$build" && CUDA_VISIBLE_DEVICES="" DDPBENCH_PYTHON="$(command -v "$python")" step ctest-rerun 120 \
           taskset -c "$test_cpus" ctest -j "$test_jobs" --rerun-failed --repeat until-fail:3 --output-on-failure)
       fi

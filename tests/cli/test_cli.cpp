@@ -196,5 +196,21 @@ TEST(Cli, BytesThatAreNotUtf8InTheEnvironmentAreRecordedEscaped) {
   EXPECT_EQ(doc.at("context").at("ddpbench").at("env").at("OMP_DDPBENCH_PROBE"), "a\\xFFb") << doc.at("context").dump();
 }
 
+// DDPBENCH_NCCL_WAIT acts on NCCL only, but a misspelling is refused on any machine, before a case
+// runs: one line naming the variable, exit 2, nothing written. Its two values run.
+TEST(Cli, AnUnknownNcclWaitIsBadInputNamingTheVariable) {
+  ScratchDir dir;
+  const auto path = dir.file("r.json");
+  const auto r = run_process(tiny_run(path, {"--strategy", "single"}), 0, {{"DDPBENCH_NCCL_WAIT", "strem"}});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("DDPBENCH_NCCL_WAIT: expected host or stream, got 'strem'"), std::string::npos) << r.err;
+  EXPECT_EQ(directory_entries(dir.path()).size(), 0u);
+  for (const char* value : {"host", "stream"}) {
+    const auto ok = run_process(tiny_run(path, {"--strategy", "single"}), 0, {{"DDPBENCH_NCCL_WAIT", value}});
+    EXPECT_EQ(ok.exit_code, 0) << value << ": " << ok.err;
+  }
+}
+
 }  // namespace
 }  // namespace ddpbench
