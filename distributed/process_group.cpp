@@ -209,8 +209,8 @@ void agree_on_world_size(c10d::Store& store, const RankEnv& env, std::chrono::mi
 
 bool nccl_waits_on_the_stream() {
   const char* value = std::getenv("DDPBENCH_NCCL_WAIT");
-  if (value == nullptr || std::string(value).empty() || std::string(value) == "host") return false;
-  if (std::string(value) == "stream") return true;
+  if (value == nullptr || std::string(value).empty() || std::string(value) == "stream") return true;
+  if (std::string(value) == "host") return false;
   throw UsageError(std::string("DDPBENCH_NCCL_WAIT: expected host or stream, got '") + value + "'");
 }
 
@@ -295,7 +295,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupContext::allreduce_async(const torch:
 void ProcessGroupContext::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const {
   try {
     if (stream_waits_) {
-      work->wait();  // no timeout given: the current stream waits, the host does not
+      work->wait();  // no timeout given: the current stream waits, the host does not (the watchdog's timeout holds)
     } else {
       work->wait(timeout_);
     }

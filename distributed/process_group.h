@@ -27,7 +27,7 @@ class CommFailure : public CaseFailure {
   using CaseFailure::CaseFailure;
 };
 
-// DDPBENCH_NCCL_WAIT: false for `host` (the default, also when unset or empty), true for `stream`
+// DDPBENCH_NCCL_WAIT: true for `stream` (the default, also when unset or empty), false for `host`
 // (ProcessGroupContext::wait says what each does); anything else is a UsageError naming the variable.
 bool nccl_waits_on_the_stream();
 
@@ -60,14 +60,18 @@ class ProcessGroupContext {
 
   // Starts an all-reduce (sum) of one flat tensor; wait with wait().
   c10::intrusive_ptr<c10d::Work> allreduce_async(const torch::Tensor& flat);
-  // Waits within the timeout; throws CommFailure saying what was awaited. On NCCL the host blocks
-  // until the collective has ended (c10d 2.x's WorkNCCL::wait polls when given a timeout), unless
-  // DDPBENCH_NCCL_WAIT=stream: then only the calling thread's current stream waits for it, the host
-  // runs on to queue the next kernels, and the timeout is the group's NCCL watchdog's (it ends the
-  // process, so a hung peer still leaves no hang). A diagnostic switch for measuring what the host
-  // waits cost (scripts/gpu-visit.sh's nccl-wait); the host-clock seconds of the collectives
-  // (CommSummary's *_seconds_per_step) then measure launches, not transfers.
+  // Waits within the timeout; throws CommFailure saying what was awaited. On Gloo the host blocks
+  // until the collective has ended. On NCCL only the calling thread's current stream waits for it
+  // and the host runs on to queue the next kernels; the timeout is then the group's NCCL watchdog's
+  // (PyTorch 2.x's default TORCH_NCCL_ASYNC_ERROR_HANDLING aborts and ends the process, so a hung
+  // peer still leaves no hang; not yet tested on a GPU). DDPBENCH_NCCL_WAIT=host blocks the
+  // host on NCCL too (c10d 2.x's WorkNCCL::wait polls when given a timeout): on an H200 that took
+  // gpt2's tp at world 1 from 85.5 to 131.5 ms a step and ddp from 57.6 to 60.0
+  // (docs/results/h200-issue47-visit3).
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const;
+  // Whether the host waits for every collective to end, so that host-clock time around one is its
+  // transfer: Gloo, and NCCL under DDPBENCH_NCCL_WAIT=host. Otherwise it would time a launch.
+  bool host_waits_for_collectives() const { return !stream_waits_; }
   void allreduce(const torch::Tensor& flat, const std::string& what);
   // The element-wise maximum over the ranks, in place (a vocabulary-parallel loss's row maxima).
   void allreduce_max(const torch::Tensor& flat, const std::string& what);
@@ -98,7 +102,7 @@ class ProcessGroupContext {
   DeviceKind kind_ = DeviceKind::Cpu;
   std::chrono::milliseconds timeout_;
   std::string hostname_;  // the address Gloo binds its pairs to
-  bool stream_waits_ = false;  // NCCL with DDPBENCH_NCCL_WAIT=stream (wait's comment)
+  bool stream_waits_ = false;  // NCCL unless DDPBENCH_NCCL_WAIT=host (wait's comment)
 };
 
 }  // namespace ddpbench

@@ -116,6 +116,7 @@ std::string encode(const RepetitionRecord& r) {
             {"bytes_per_step", r.comm->bytes_per_step},
             {"buckets", r.comm->buckets},
             {"allreduce_seconds_per_step", r.comm->allreduce_seconds_per_step},
+            {"collective_seconds_measured", r.comm->collective_seconds_measured},
             {"reduce_scatter_bytes_per_step", r.comm->reduce_scatter_bytes_per_step},
             {"all_gather_bytes_per_step", r.comm->all_gather_bytes_per_step},
             {"reduce_scatter_seconds_per_step", r.comm->reduce_scatter_seconds_per_step},
@@ -169,6 +170,7 @@ RepetitionRecord decode_repetition(const std::string& text) {
       s.bytes_per_step = c.at("bytes_per_step").get<std::int64_t>();
       s.buckets = c.at("buckets").get<int>();
       s.allreduce_seconds_per_step = c.at("allreduce_seconds_per_step").get<double>();
+      s.collective_seconds_measured = c.at("collective_seconds_measured").get<bool>();
       s.reduce_scatter_bytes_per_step = c.at("reduce_scatter_bytes_per_step").get<std::int64_t>();
       s.all_gather_bytes_per_step = c.at("all_gather_bytes_per_step").get<std::int64_t>();
       s.reduce_scatter_seconds_per_step = c.at("reduce_scatter_seconds_per_step").get<double>();

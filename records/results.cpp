@@ -53,7 +53,7 @@ std::optional<std::int64_t> other_peak_bytes(const DeviceMemory& memory) {
 }
 
 std::optional<double> bus_bandwidth(const CommSummary& comm) {
-  if (comm.allreduce_seconds_per_step <= 0 || comm.world_size < 2) return std::nullopt;
+  if (!comm.collective_seconds_measured || comm.allreduce_seconds_per_step <= 0 || comm.world_size < 2) return std::nullopt;
   const double n = comm.world_size;
   return static_cast<double>(comm.bytes_per_step) * 2 * (n - 1) / n / comm.allreduce_seconds_per_step;
 }

@@ -134,8 +134,9 @@ _SCHEMA = {
     "benchmarks/[*]/ddpbench/pipeline/compute_ms_by_rank/[*]": (_NUM,),
     "benchmarks/[*]/ddpbench/pipeline/compute_imbalance": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/comm/bytes_sent_per_step": (_NUM,),
-    "benchmarks/[*]/ddpbench/comm/reduce_scatter_ms": (_NUM,),
-    "benchmarks/[*]/ddpbench/comm/all_gather_ms": (_NUM,),
+    "benchmarks/[*]/ddpbench/comm/allreduce_ms": (_NUM, _NULL),
+    "benchmarks/[*]/ddpbench/comm/reduce_scatter_ms": (_NUM, _NULL),
+    "benchmarks/[*]/ddpbench/comm/all_gather_ms": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/comm/reduce_scatters_per_step": (_NUM, _NULL),
     "benchmarks/[*]/ddpbench/comm/all_gathers_per_step": (_NUM, _NULL),
 }

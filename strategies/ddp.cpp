@@ -141,6 +141,7 @@ class DdpStrategy final : public Strategy {
     if (s.steps == 0) return std::nullopt;
     CommSummary c;
     c.backend = group_->backend_name();
+    c.collective_seconds_measured = group_->host_waits_for_collectives();
     c.bytes_per_step = s.bytes / s.steps;
     c.buckets = bucketer_->bucket_count();
     c.allreduce_seconds_per_step = s.busy_seconds / static_cast<double>(s.steps);

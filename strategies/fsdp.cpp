@@ -125,6 +125,7 @@ class FsdpStrategy final : public Strategy, private UnitCallHooks {
     const auto steps = static_cast<double>(t.steps);
     CommSummary c;
     c.backend = group_->backend_name();
+    c.collective_seconds_measured = group_->host_waits_for_collectives();
     c.world_size = group_->size();
     c.buckets = static_cast<int>(units_->unit_count());
     c.bytes_per_step = t.allreduce_bytes / t.steps;

@@ -95,6 +95,10 @@ struct CommSummary {
   std::int64_t bytes_per_step = 0;          // all-reduced payload per rank and step
   int buckets = 0;                          // collectives per step
   double allreduce_seconds_per_step = 0;    // time some all-reduce was in flight, per step
+  // Whether the host waited for each collective to end, so that the seconds here (these, the
+  // buckets' and the sharded ones) are transfers on the host clock: false on NCCL, where only the
+  // stream waits (ProcessGroupContext::wait), and the JSON then says null rather than launch times.
+  bool collective_seconds_measured = true;
   // Each bucket in launch order, what a projection to other world sizes and networks replays
   // (scripts/ddpbench-project): its payload, when its last gradient was ready (from the start of
   // backward) and how long its collective took from launch to completion, per step: ddp's

@@ -166,6 +166,7 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
     const auto traffic = tp_.traffic();
     CommSummary c;
     c.backend = group_->backend_name();
+    c.collective_seconds_measured = group_->host_waits_for_collectives();
     c.world_size = group_->size();
     c.bytes_per_step = traffic.bytes / steps_;
     c.buckets = static_cast<int>(

@@ -81,6 +81,7 @@ class ZeroStrategy final : public Strategy {
     const auto steps = static_cast<double>(t.steps);
     CommSummary c;
     c.backend = group_->backend_name();
+    c.collective_seconds_measured = group_->host_waits_for_collectives();
     c.world_size = group_->size();
     c.buckets = shards_->bucket_count();
     c.bytes_per_step = t.allreduce_bytes / t.steps;

@@ -23,22 +23,28 @@ json comm_json(const std::optional<CommSummary>& comm) {
   json timeline = json::array();
   // A strategy that reduce-scatters its buckets (zero1, zero2) names its collective so.
   const char* collective_ms = comm->reduce_scatter_bytes_per_step > 0 ? "reduce_scatter_ms" : "allreduce_ms";
+  // Where the host did not wait for the collectives (NCCL), their host-clock seconds would be
+  // launches: the JSON says null, and a bucket has no collective time, rather than show those.
+  const bool timed = comm->collective_seconds_measured;
+  const auto ms = [timed](double seconds) { return timed ? json(seconds * 1e3) : json(nullptr); };
   for (const auto& b : comm->bucket_timeline) {
-    timeline.push_back({{"bytes", b.bytes}, {"ready_ms", b.ready_seconds * 1e3}, {collective_ms, b.allreduce_seconds * 1e3}});
+    json bucket = {{"bytes", b.bytes}, {"ready_ms", b.ready_seconds * 1e3}};
+    if (timed) bucket[collective_ms] = b.allreduce_seconds * 1e3;
+    timeline.push_back(bucket);
   }
   json units = json::array();
   for (const auto& u : comm->units) units.push_back({{"bytes", u.bytes}, {"root", u.root}});
   return {{"backend", comm->backend},
           {"bytes_per_step", comm->bytes_per_step},
           {"buckets", comm->buckets},
-          {"allreduce_ms", comm->allreduce_seconds_per_step * 1e3},
+          {"allreduce_ms", ms(comm->allreduce_seconds_per_step)},
           {"busbw_gbps", busbw ? json(*busbw / 1e9) : json(nullptr)},
           {"bucket_timeline", timeline},
           {"units", units},
           {"reduce_scatter_bytes_per_step", comm->reduce_scatter_bytes_per_step},
           {"all_gather_bytes_per_step", comm->all_gather_bytes_per_step},
-          {"reduce_scatter_ms", comm->reduce_scatter_seconds_per_step * 1e3},
-          {"all_gather_ms", comm->all_gather_seconds_per_step * 1e3},
+          {"reduce_scatter_ms", ms(comm->reduce_scatter_seconds_per_step)},
+          {"all_gather_ms", ms(comm->all_gather_seconds_per_step)},
           {"reduce_scatters_per_step", comm->reduce_scatters_per_step ? json(*comm->reduce_scatters_per_step) : json(nullptr)},
           {"all_gathers_per_step", comm->all_gathers_per_step ? json(*comm->all_gathers_per_step) : json(nullptr)},
           {"bytes_sent_per_step", ring_bytes_sent(*comm)},

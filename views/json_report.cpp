@@ -389,6 +389,7 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
       std::vector<double> seconds, reduce_scatter, all_gather, spreads;
       for (const auto& r : c.repetitions) {
         if (r.comm) {
+          comm.collective_seconds_measured = comm.collective_seconds_measured && r.comm->collective_seconds_measured;
           seconds.push_back(r.comm->allreduce_seconds_per_step);
           reduce_scatter.push_back(r.comm->reduce_scatter_seconds_per_step);
           all_gather.push_back(r.comm->all_gather_seconds_per_step);

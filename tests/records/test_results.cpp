@@ -1,8 +1,10 @@
-// The run records' own figures: what a repetition and a case say of their step times.
+// The run records' own figures: what a repetition and a case say of their step times, and what
+// the collectives' times say where the host did not wait for them (NCCL), through the codec too.
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "records/record_codec.h"
 #include "records/results.h"
 #include "base/stats.h"
 
@@ -47,6 +49,36 @@ TEST(CaseRecord, AStepTimeChangeOfEveryStepMovesTheLowerQuartilesByAsMuch) {
   }
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_NEAR(slower.repetition_lower_quartiles()[i] / base.repetition_lower_quartiles()[i], 1.10, 1e-12);
+  }
+}
+
+// A 2-rank all-reduce of 1 MB a step in 1 ms: bus bandwidth 2 (n - 1) / n x bytes / seconds. The
+// same seconds where the host did not wait (NCCL's stream waits) are launches: no bandwidth.
+TEST(CommSummary, BusBandwidthOnlyWhereTheHostWaitedForTheCollectives) {
+  CommSummary comm;
+  comm.world_size = 2;
+  comm.bytes_per_step = 1000000;
+  comm.allreduce_seconds_per_step = 1e-3;
+  ASSERT_TRUE(bus_bandwidth(comm).has_value());
+  EXPECT_DOUBLE_EQ(*bus_bandwidth(comm), 1e9);
+  comm.collective_seconds_measured = false;
+  EXPECT_FALSE(bus_bandwidth(comm).has_value());
+}
+
+TEST(RecordCodec, ARepetitionKeepsWhetherItsCollectiveSecondsWereMeasured) {
+  for (const bool measured : {true, false}) {
+    RepetitionRecord r = repetition({0.5, 0.25});
+    r.step_losses = {2.0, 1.5};
+    CommSummary comm;
+    comm.backend = "nccl";
+    comm.world_size = 2;
+    comm.allreduce_seconds_per_step = 0.125;
+    comm.collective_seconds_measured = measured;
+    r.comm = comm;
+    const auto back = codec::decode_repetition(codec::encode(r));
+    ASSERT_TRUE(back.comm.has_value());
+    EXPECT_EQ(back.comm->collective_seconds_measured, measured);
+    EXPECT_EQ(back.comm->allreduce_seconds_per_step, 0.125);
   }
 }
 

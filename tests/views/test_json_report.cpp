@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/support/test_support.h"
+#include "views/comm_json.h"
 
 namespace ddpbench {
 namespace {
@@ -206,6 +207,33 @@ TEST(JsonReport, KilledRunLeavesNoTruncatedJson) {
       if (dir.file(name) != path) ADD_FAILURE() << "left behind: " << dir.file(name);
     }
   }
+}
+
+// Collective times the host did not wait for (NCCL's stream waits) would be launch times: the
+// JSON says null for them and gives a bucket no collective time, where the measured ones are numbers.
+TEST(JsonReport, CollectiveTimesTheHostDidNotWaitForAreNull) {
+  CommSummary comm;
+  comm.backend = "nccl";
+  comm.world_size = 2;
+  comm.bytes_per_step = 1000000;
+  comm.allreduce_seconds_per_step = 1e-3;
+  comm.reduce_scatter_seconds_per_step = 2e-3;
+  comm.all_gather_seconds_per_step = 3e-3;
+  comm.bucket_timeline = {{1000000, 0.5e-3, 1e-3}};
+  const json timed = comm_json(comm);
+  EXPECT_DOUBLE_EQ(timed.at("allreduce_ms").get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(timed.at("all_gather_ms").get<double>(), 3.0);
+  EXPECT_DOUBLE_EQ(timed.at("busbw_gbps").get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(timed.at("bucket_timeline").at(0).at("allreduce_ms").get<double>(), 1.0);
+  comm.collective_seconds_measured = false;
+  const json launched = comm_json(comm);
+  for (const char* key : {"allreduce_ms", "reduce_scatter_ms", "all_gather_ms", "busbw_gbps"}) {
+    EXPECT_TRUE(launched.at(key).is_null()) << key << ": " << launched.dump();
+  }
+  const auto& bucket = launched.at("bucket_timeline").at(0);
+  EXPECT_FALSE(bucket.contains("allreduce_ms")) << bucket.dump();
+  EXPECT_DOUBLE_EQ(bucket.at("ready_ms").get<double>(), 0.5);
+  EXPECT_EQ(launched.at("bytes_per_step"), 1000000);
 }
 
 }  // namespace
