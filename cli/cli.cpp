@@ -17,6 +17,7 @@
 #include "base/errors.h"
 #include "cli/options_codec.h"
 #include "cli/pipeline_flags.h"
+#include "distributed/mesh.h"
 #include "distributed/process_group.h"
 #include "strategies/strategy.h"
 #include "compat/torch_compat.h"
@@ -296,6 +297,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                  "fsdp: on (default) frees each unit's gathered parameters after its forward and gathers them again "
                  "for backward (FULL_SHARD); off keeps them until its backward (SHARD_GRAD_OP)");
   app.add_flag("--no-prefetch", no_prefetch, "fsdp: all-gather each unit when it runs, not while the one before it computes");
+  std::string mesh;
+  app.add_option("--mesh", mesh,
+                 "tp: the ranks on a grid of named dimensions, dp=D,tp=T (D x T = --world-size): tp over each group "
+                 "of T ranks, data parallel over the D groups (docs/mesh.md)");
   bool sequence_parallel = false;
   app.add_flag("--sequence-parallel", sequence_parallel,
                "tp: each block's all-reduces become a reduce-scatter into shares of the sequence and an all-gather "
@@ -469,6 +474,17 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (given && !runs_any_of({"fsdp"})) {
       throw UsageError(std::string(flag) + ": applies to fsdp only, which --strategy does not include");
     }
+  }
+  if (!mesh.empty()) {
+    if (!runs_any_of({"tp"})) throw UsageError("--mesh: applies to tp only, which --strategy does not include");
+    const Mesh parsed = Mesh::parse(mesh, mesh_dimension_names(), cmd.devices.world_size);
+    if (!parsed.find("tp")) throw UsageError("--mesh: tp runs on a mesh with a tp dimension, and " + mesh + " has none");
+    if (parsed.size() > CpuMemoryCounter::kMaxWorldSize) {
+      throw UsageError("--mesh: " + parsed.to_string() + " is " + std::to_string(parsed.size()) + " ranks, more than " +
+                       std::to_string(CpuMemoryCounter::kMaxWorldSize));
+    }
+    r.strategy.mesh = parsed.to_string();
+    cmd.devices.world_size = parsed.size();
   }
   r.strategy.tp.sequence_parallel = sequence_parallel;
   if (sequence_parallel && !runs_any_of({"tp"})) {

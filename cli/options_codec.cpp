@@ -58,6 +58,7 @@ std::string encode_rank_options(const RankOptions& options) {
   doc["fsdp"] = {{"reshard_after_forward", r.strategy.fsdp.reshard_after_forward},
                  {"prefetch", r.strategy.fsdp.prefetch}};
   doc["tp"] = {{"sequence_parallel", r.strategy.tp.sequence_parallel}};
+  doc["mesh"] = r.strategy.mesh;
   doc["pp"] = {{"schedule", pipeline::to_string(r.strategy.pipeline.schedule)},
                {"microbatches", r.strategy.pipeline.microbatches},
                {"stages_per_rank", r.strategy.pipeline.stages_per_rank},
@@ -114,6 +115,7 @@ RankOptions decode_rank_options(const std::string& text) {
     r.strategy.fsdp.reshard_after_forward = fsdp.at("reshard_after_forward").get<bool>();
     r.strategy.fsdp.prefetch = fsdp.at("prefetch").get<bool>();
     r.strategy.tp.sequence_parallel = doc.at("tp").at("sequence_parallel").get<bool>();
+    r.strategy.mesh = doc.at("mesh").get<std::string>();
     const auto& pp = doc.at("pp");
     const auto schedule = pipeline::parse_schedule(pp.at("schedule").get<std::string>());
     if (!schedule) throw UsageError("--rank-options: unknown pp schedule " + pp.at("schedule").dump());

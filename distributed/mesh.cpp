@@ -50,7 +50,7 @@ Mesh Mesh::parse(const std::string& text, const std::vector<std::string>& known,
   if (mesh.dimensions_.size() < 2) {
     throw bad("a mesh has two dimensions or more; one alone is --strategy's (" + text + ")");
   }
-  if (mesh.size() != world_size) {
+  if (world_size != 0 && mesh.size() != world_size) {
     throw bad(mesh.to_string() + " is " + std::to_string(mesh.size()) + " ranks, and --world-size is " +
               std::to_string(world_size));
   }

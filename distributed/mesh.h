@@ -23,8 +23,9 @@ struct MeshDimension {
 class Mesh {
  public:
   // `text` as the user wrote it ("dp=2,tp=2"): two dimensions or more, each name one of `known`
-  // and at most once, each size a whole number of 2 or more, their product `world_size`. Throws
-  // UsageError, one line naming --mesh and what is wrong, otherwise.
+  // and at most once, each size a whole number of 2 or more, their product `world_size` (0: any,
+  // the mesh then says the world's size). Throws UsageError, one line naming --mesh and what is
+  // wrong, otherwise.
   static Mesh parse(const std::string& text, const std::vector<std::string>& known, int world_size);
 
   const std::vector<MeshDimension>& dimensions() const { return dimensions_; }

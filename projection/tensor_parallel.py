@@ -53,6 +53,11 @@ def split_shares(projector, case, single):
 def project_tp(projector, case, world, single):
     """tp at tensor-parallel size `world`, from `case` (tp at t_m >= 2) and `single` (the same workload)."""
     nodes = collectives.nodes_for(world, projector.network.devices_per_node)
+    if case.mesh:
+        # Its world is the mesh's and its comm object the tp group's: read as 1-D tp, both would lie.
+        return Projection(case.workload, "tp", world, nodes, "refused", from_case=case.name,
+                          reason=f"{case.name} ran on the mesh {case.mesh} (--mesh), which is not projected yet: "
+                                 "project tp from a run without --mesh")
     if single is None:
         return Projection(case.workload, "tp", world, nodes, "refused", from_case=case.name,
                           reason="tp is projected from its case and single's in the same file (the share of "

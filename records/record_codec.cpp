@@ -109,8 +109,14 @@ std::string encode(const RepetitionRecord& r) {
     }
     json units = json::array();
     for (const auto& u : r.comm->units) units.push_back({{"bytes", u.bytes}, {"root", u.root}});
+    json mesh = json::array();
+    for (const auto& d : r.comm->mesh) {
+      mesh.push_back({{"name", d.name}, {"size", d.size}, {"bytes_per_step", d.bytes_per_step},
+                      {"collectives_per_step", d.collectives_per_step}});
+    }
     comm = {{"bucket_timeline", timeline},
             {"units", units},
+            {"mesh", mesh},
             {"backend", r.comm->backend},
             {"world_size", r.comm->world_size},
             {"bytes_per_step", r.comm->bytes_per_step},
@@ -178,6 +184,10 @@ RepetitionRecord decode_repetition(const std::string& text) {
       s.reduce_scatters_per_step = optional_from_json<int>(c.at("reduce_scatters_per_step"));
       s.all_gathers_per_step = optional_from_json<int>(c.at("all_gathers_per_step"));
       s.point_to_point_bytes_per_step = c.at("point_to_point_bytes_per_step").get<std::int64_t>();
+      for (const auto& d : c.at("mesh")) {
+        s.mesh.push_back({d.at("name").get<std::string>(), d.at("size").get<int>(), d.at("bytes_per_step").get<std::int64_t>(),
+                          d.at("collectives_per_step").get<int>()});
+      }
       if (const auto& p = c.at("pipeline"); !p.is_null()) {
         CommSummary::Pipeline line;
         line.schedule = p.at("schedule").get<std::string>();

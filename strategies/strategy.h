@@ -76,7 +76,15 @@ struct StrategyOptions {
   FsdpOptions fsdp;
   PipelineOptions pipeline;
   TensorParallelOptions tp;
+  // --mesh as parsed and checked (distributed/mesh.h's text, "dp=2,tp=2"); empty: none, each
+  // strategy over the whole world. tp composes with dp on it (docs/mesh.md).
+  std::string mesh;
 };
+// The mesh dimensions --mesh knows, and those tp runs on (it needs its own, "tp").
+inline const std::vector<std::string>& mesh_dimension_names() {
+  static const std::vector<std::string> names{"dp", "tp"};
+  return names;
+}
 
 // One point of the sweep: a workload under a strategy on `world_size` devices.
 struct CaseSpec {
@@ -120,6 +128,16 @@ struct CommSummary {
   // --sequence-parallel), the rest all-reduces; none where a strategy does not count them apart.
   std::optional<int> reduce_scatters_per_step;
   std::optional<int> all_gathers_per_step;
+  // On a mesh (--mesh), each dimension's traffic apart, in the mesh's order: its name and size, the
+  // bytes this rank's collectives over that dimension's group carried per step and how many there
+  // were. Empty without a mesh (the figures above are then the whole world's).
+  struct MeshTraffic {
+    std::string name;
+    int size = 1;
+    std::int64_t bytes_per_step = 0;
+    int collectives_per_step = 0;
+  };
+  std::vector<MeshTraffic> mesh;
   // fsdp: each unit's padded parameter bytes, in the order the units were built (the root, gathered
   // once for the whole step, flagged), so that a projection need not take them as equal.
   struct ShardedUnit {

@@ -19,6 +19,12 @@
 // the same bytes as the all-reduce they replace; the output layer all-gathers its input. The
 // LayerNorms and the row layers' biases then see a share of the tokens each, so their gradients are
 // summed over the group after backward, as Megatron does.
+//
+// On a mesh (--mesh dp=D,tp=T; distributed/mesh.h) the split above runs over each group of T ranks
+// and each of the D groups trains on its share of the batch, as ddp's ranks do: the gradients of
+// what a rank holds are all-reduced over its dp group in ddp's buckets (collectives/
+// gradient_bucketer.h), overlapped with backward, weighted by the group's share of the batch, and
+// the sequence-parallel sums over the tp group come after them (both are sums, so either order).
 #include <torch/nn/functional/linear.h>
 #include <torch/nn/modules/embedding.h>
 
@@ -26,6 +32,8 @@
 #include <unordered_map>
 
 #include "compat/torch_compat.h"
+#include "collectives/gradient_bucketer.h"
+#include "distributed/mesh.h"
 #include "distributed/process_group.h"
 #include "strategies/rank_state.h"
 #include "strategies/strategy.h"
@@ -69,22 +77,30 @@ struct Share {
   }
 };
 
+// The ranks each layer is split over: the mesh's tp dimension, or the whole world.
+int tensor_parallel_size(const CaseSpec& spec, const StrategyOptions& options) {
+  if (options.mesh.empty()) return spec.world_size;
+  const Mesh mesh = Mesh::parse(options.mesh, mesh_dimension_names(), spec.world_size);
+  return mesh.dimensions()[*mesh.find("tp")].size;
+}
+
 class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
  protected:
   std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
                                                    const StrategyOptions& options) const override {
     if (devices.is_cuda() && !compat::have_nccl()) return "this LibTorch has no NCCL, which tp needs on CUDA";
     const Workload& workload = WorkloadRegistry::instance().get(spec.workload);
+    const int t = tensor_parallel_size(spec, options);
+    const std::string ranks = options.mesh.empty() ? " ranks (--world-size)" : " ranks (--mesh's tp)";
     if (options.tp.sequence_parallel) {
       const std::int64_t tokens = workload.sequence_parallel_length();
       if (tokens == 0) {
         return "tp --sequence-parallel splits the hidden state by its sequence, and " + spec.workload +
                "'s model has none to split";
       }
-      if (tokens % spec.world_size != 0) {
+      if (tokens % t != 0) {
         return "tp --sequence-parallel: " + spec.workload + "'s " + std::to_string(tokens) +
-               " tokens a sample (--seq-len) do not divide among " + std::to_string(spec.world_size) +
-               " ranks (--world-size)";
+               " tokens a sample (--seq-len) do not divide among " + std::to_string(t) + ranks;
       }
     }
     const WorkloadFacts facts = workload.facts();
@@ -92,19 +108,23 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
       return "tp splits linear layers by columns and rows, and " + facts.tensor_parallel_refusal;
     }
     for (const auto& layer : facts.tensor_parallel_layers) {
-      const auto why = layer.why_not_split(spec.world_size);
-      if (!why.empty()) return "tp: " + spec.workload + ": " + why + " (--world-size)";
+      const auto why = layer.why_not_split(t);
+      if (!why.empty()) return "tp: " + spec.workload + ": " + why + (options.mesh.empty() ? " (--world-size)" : " (--mesh)");
     }
     return std::nullopt;
   }
 
-  // Every rank trains on the whole batch: the model is split, not the data.
-  DataShard do_data_shard() const override { return {0, 1}; }
+  // Every rank of a tp group trains on its dp group's share of the batch (all of it without a mesh):
+  // the model is split, not the data.
+  DataShard do_data_shard() const override {
+    return dp_group_ ? DataShard{dp_group_->rank(), dp_group_->size()} : DataShard{0, 1};
+  }
   std::optional<c10::Device> do_batch_device() const override { return device_; }
 
   void do_setup(const StrategySetup& setup) override {
     auto placed = place_model_on_rank(setup, "tp");
     group_ = placed.group;
+    if (!setup.options.mesh.empty()) join_mesh(Mesh::parse(setup.options.mesh, mesh_dimension_names(), group_->size()));
     device_ = placed.device;
     model_ = placed.model;
     tp_.attach(group_);
@@ -114,6 +134,11 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
     sequence_parallel_ = setup.options.tp.sequence_parallel;
     if (sequence_parallel_) collect_sequence_parallel_parameters();
     model_->set_layer_hooks(this);
+    if (dp_group_) {
+      // ddp's buckets over the dp group, of the shares this rank holds (the same shapes on every
+      // member: they hold the same shares).
+      bucketer_ = std::make_unique<GradientBucketer>(model_->trainable_parameters(), *dp_group_, BucketOptions{});
+    }
     optimizer_ = setup.make_optimizer(model_->trainable_parameters());
     precision_ = setup.precision;
     scaler_ = LossScaler(precision_);
@@ -122,13 +147,28 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
     {  // the last step's gradients, kept until now: zero_grad, optimizer work (strategy.h)
       auto scope = phases.scope(Phase::Optimizer);
-      for (auto& p : model_->trainable_parameters()) p.mutable_grad() = torch::Tensor();
+      if (bucketer_) {
+        bucketer_->zero_grad();
+      } else {
+        for (auto& p : model_->trainable_parameters()) p.mutable_grad() = torch::Tensor();
+      }
     }
     tp_.set_phases(&phases);
     const auto forward = rank_forward(batch, *workload_, *model_, device_, *group_, {}, precision_, global_batch_, phases);
+    torch::Tensor loss = forward.loss.detach();
+    if (bucketer_) bucketer_->prepare_step(forward.share, loss * forward.share, &phases);
     {
       auto scope = phases.scope(Phase::Backward);
       scaler_.scale(forward.loss).backward();
+      if (sequence_parallel_ && !bucketer_) sum_sequence_parallel_gradients();
+    }
+    if (bucketer_) {
+      {
+        auto scope = phases.scope(Phase::CommExposed);
+        bucketer_->wait_all();
+      }
+      auto scope = phases.scope(Phase::Reduce);
+      loss = bucketer_->unpack();  // the global batch's loss: the dp groups' shares, weighted
       if (sequence_parallel_) sum_sequence_parallel_gradients();
     }
     tp_.set_phases(nullptr);
@@ -137,7 +177,7 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
       scaler_.step(*optimizer_);  // every rank holds the same loss: all skip or step alike
     }
     ++steps_;
-    return forward.loss.detach();
+    return loss;
   }
 
   // The planned layers whole, each gathered from its ranks' shares (the others' parts zeros, summed);
@@ -178,14 +218,39 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
     c.all_gather_bytes_per_step = traffic.gathered.bytes / steps_;
     c.reduce_scatter_seconds_per_step = traffic.scattered.seconds / static_cast<double>(steps_);
     c.all_gather_seconds_per_step = traffic.gathered.seconds / static_cast<double>(steps_);
+    if (mesh_) {
+      // Each dimension's traffic apart: tp's collectives (the figures above), dp's buckets.
+      for (const auto& dim : mesh_->dimensions()) {
+        CommSummary::MeshTraffic d{dim.name, dim.size};
+        if (dim.name == "tp") {
+          d.bytes_per_step = c.bytes_per_step + c.reduce_scatter_bytes_per_step + c.all_gather_bytes_per_step;
+          d.collectives_per_step = c.buckets;
+        } else if (dim.name == "dp" && bucketer_ && bucketer_->stats().steps > 0) {
+          const auto& s = bucketer_->stats();
+          d.bytes_per_step = s.bytes / s.steps;
+          d.collectives_per_step = static_cast<int>(s.collectives / s.steps);
+        }
+        c.mesh.push_back(d);
+      }
+    }
     return c;
   }
   void do_reset_measured_stats() override {
     tp_.reset();
+    if (bucketer_) bucketer_->reset_stats();
     steps_ = 0;
   }
 
  private:
+  // This rank's groups on the mesh: its tp group becomes the group the layers split over, its dp
+  // group (if the mesh has one) the one its gradients are reduced over.
+  void join_mesh(const Mesh& mesh) {
+    mesh_groups_ = mesh_groups(*group_, mesh);
+    group_ = mesh_groups_[*mesh.find("tp")].get();
+    if (const auto dp = mesh.find("dp")) dp_group_ = mesh_groups_[*dp].get();
+    mesh_ = mesh;
+  }
+
   // Each planned layer's weight (and a column layer's bias) cut to this rank's share, in place, so
   // that the optimizer, the memory probe and the checkpoint see the shares.
   void shard_planned_layers() {
@@ -315,7 +380,10 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
     }
   }
 
-  ProcessGroupContext* group_ = nullptr;
+  ProcessGroupContext* group_ = nullptr;  // the tp group: the world's, or the mesh's tp dimension's
+  std::optional<Mesh> mesh_;
+  std::vector<std::unique_ptr<ProcessGroupContext>> mesh_groups_;  // this rank's, one per dimension
+  ProcessGroupContext* dp_group_ = nullptr;                         // the mesh's dp dimension's, if any
   TensorParallelGroup tp_;
   bool sequence_parallel_ = false;
   std::optional<std::int64_t> sequence_dim_;  // set where the model enters its blocks, under sequence parallelism
@@ -328,6 +396,7 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
   // Each weight split by vocabulary (a table, an output layer), by its TensorImpl: this rank's first row.
   std::unordered_map<const void*, std::int64_t> vocabulary_first_;
   std::unordered_map<const void*, Share> shards_;  // each split parameter's, by its TensorImpl
+  std::unique_ptr<GradientBucketer> bucketer_;  // over dp_group_; after model_ and the groups: gone first
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   Precision precision_ = Precision::Fp32;
   LossScaler scaler_{Precision::Fp32};

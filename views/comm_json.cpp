@@ -34,6 +34,11 @@ json comm_json(const std::optional<CommSummary>& comm) {
   }
   json units = json::array();
   for (const auto& u : comm->units) units.push_back({{"bytes", u.bytes}, {"root", u.root}});
+  json mesh = json::array();
+  for (const auto& d : comm->mesh) {
+    mesh.push_back({{"name", d.name}, {"size", d.size}, {"bytes_per_step", d.bytes_per_step},
+                    {"collectives_per_step", d.collectives_per_step}});
+  }
   return {{"backend", comm->backend},
           {"bytes_per_step", comm->bytes_per_step},
           {"buckets", comm->buckets},
@@ -48,7 +53,8 @@ json comm_json(const std::optional<CommSummary>& comm) {
           {"reduce_scatters_per_step", comm->reduce_scatters_per_step ? json(*comm->reduce_scatters_per_step) : json(nullptr)},
           {"all_gathers_per_step", comm->all_gathers_per_step ? json(*comm->all_gathers_per_step) : json(nullptr)},
           {"bytes_sent_per_step", ring_bytes_sent(*comm)},
-          {"point_to_point_bytes_per_step", comm->point_to_point_bytes_per_step}};
+          {"point_to_point_bytes_per_step", comm->point_to_point_bytes_per_step},
+          {"mesh", mesh}};
 }
 
 // The pipeline that ran and its bubble measured on each rank (the share of its step it waited on

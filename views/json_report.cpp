@@ -29,6 +29,7 @@ json strategy_settings_json(const StrategyOptions& o) {
           {"fsdp", {{"reshard_after_forward", o.fsdp.reshard_after_forward}, {"prefetch", o.fsdp.prefetch},
                     {"overlap", o.ddp.overlap}}},
           {"tp", {{"sequence_parallel", o.tp.sequence_parallel}}},
+          {"mesh", o.mesh.empty() ? json(nullptr) : json(o.mesh)},
           {"hogwild", {{"mode", to_string(o.hogwild.mode)}, {"sync_every", o.hogwild.sync_every},
                        {"workers", o.hogwild.workers}}},
           {"pp", {{"schedule", pipeline::to_string(o.pipeline.schedule)},

@@ -64,6 +64,7 @@ TEST(RankOptions, EveryFlagOfHelpSurvivesTheTripToARank) {
       {"--reshard-after-forward", {"--reshard-after-forward", "off"}},
       {"--no-prefetch", {"--no-prefetch"}},
       {"--sequence-parallel", {"--sequence-parallel", "--strategy", "tp"}},
+      {"--mesh", {"--mesh", "dp=2,tp=2", "--strategy", "tp"}},
       {"--grad-as-bucket-view", {"--grad-as-bucket-view"}},
       {"--sync-bn", {"--sync-bn", "--workload", "convnet"}},
       {"--checkpoint", {"--checkpoint", "/tmp/ddpbench-never-written.pt"}},

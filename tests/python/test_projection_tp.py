@@ -1,6 +1,7 @@
 """ddpbench-project's tp (projection/tensor_parallel.py): the share of compute the split divides, read
 off a tp case against single's; the all-reduces as measured, each over the group at the projected
-size; memory at the share of the parameters a rank holds; and a real run projected end to end."""
+size; memory at the share of the parameters a rank holds; a case on a mesh refused; and a real run
+projected end to end."""
 import json
 import os
 import subprocess
@@ -86,6 +87,18 @@ def test_without_single_in_the_file_tp_is_refused_saying_what_to_run():
     assert p.status == "refused" and "--strategy single,tp" in p.reason
     with pytest.raises(model.ProjectionError, match="world 2 or more"):
         tensor_parallel.split_shares(model.Projector(net()), case("tp", 1, 1, 1), case("single", 1, 1, 1))
+
+
+def test_a_tp_case_on_a_mesh_is_refused_not_read_as_one_dimensional_tp():
+    # Its world is the mesh's (4) and its comm object the tp pair's: read as tp over 4, both would lie.
+    tp = case("tp", 4, 2.4, 3.6, comm_ms=5.0, collectives_a_step=4, comm_bytes=4 * MIB)
+    tp.mesh = "dp=2,tp=2"
+    projector = model.Projector(net())
+    projector.singles["w"] = case("single", 1, 4.0, 6.0)
+    p = projector.project(tp, "tp", 8)
+    assert p.status == "refused" and "mesh dp=2,tp=2 (--mesh)" in p.reason and p.memory_per_device_bytes is None
+    tp.mesh = None
+    assert projector.project(tp, "tp", 8).status == "projected"
 
 
 def test_a_real_run_of_single_and_tp_is_projected_and_tp_is_a_default_strategy(tmp_path):
