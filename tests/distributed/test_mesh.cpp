@@ -30,6 +30,7 @@ TEST(Mesh, LaysRanksOutRowMajorWithTheLastDimensionsRanksNeighbours) {
   EXPECT_EQ(mesh.group_members(1, 0), (std::vector<int>{1, 3}));  // its dp group
   // Three dimensions, sizes that differ: rank 17 of pp=2,dp=3,tp=4 is (1, 1, 1).
   const Mesh three = Mesh::parse("pp=2,dp=3,tp=4", kKnown, 24);
+  EXPECT_EQ(Mesh::parse("pp=2,dp=3,tp=4", kKnown, 0).size(), 24);  // no --world-size: the mesh says it
   EXPECT_EQ(three.coordinates(17), (std::vector<int>{1, 1, 1}));
   EXPECT_EQ(three.group_members(17, 0), (std::vector<int>{5, 17}));
   EXPECT_EQ(three.group_members(17, 1), (std::vector<int>{13, 17, 21}));
