@@ -6,12 +6,16 @@ attention by heads, the feed-forward by columns then rows, the embedding and hea
 the loss on the split logits), the same global batch on every rank. Needs torch 2.4 or later: run it in the LibTorch 2.x leg (scripts/test-libtorch2.sh,
 trixie's torch 2.6) with --build build-libtorch2. ddpbench's `ddp` runs beside them for reference.
 
+With --mesh dp=D,tp=T both sides run on the 2-D mesh: ddpbench `tp --mesh`, the peer its plan over
+each tp group and PyTorch's DDP over the dp groups (`_pre_dp_module_transform`), each dp group on its
+share of the batch; `ddp` runs at world D x T beside them.
+
 Rounds are interleaved (benchmarks/interleave.py), each run fresh rank processes; a run's figures
 are rank 0's mean step time and its peak bytes (ddpbench: device 0's peak_allocated_bytes; the peer:
 every thread's malloc counted by benchmarks/heap_counter.c, preloaded).
 
     benchmarks/compare_tp.py [--workload mlp|transformer] [--rounds 5] [--steps 20] [--warmup 5]
-                             [--batch 128 for mlp, 32 for transformer] [--world 2]
+                             [--batch 128 for mlp, 32 for transformer] [--world 2 | --mesh dp=2,tp=2]
 """
 import json
 import os
@@ -29,14 +33,22 @@ def main():
     p = parser(__doc__, rounds=5, steps=20, batch=0)
     p.add_argument("--world", type=int, default=2, help="ranks (one thread each)")
     p.add_argument("--workload", choices=["mlp", "transformer"], default="mlp")
+    p.add_argument("--mesh", default="", help="dp=D,tp=T: both sides on that 2-D mesh (world D x T)")
     args = p.parse_args()
+    dp_size = 1
+    if args.mesh:
+        sizes = dict(pair.split("=") for pair in args.mesh.split(","))
+        if sorted(sizes) != ["dp", "tp"] or list(sizes) != ["dp", "tp"]:
+            raise SystemExit(f"compare_tp: --mesh: expected dp=D,tp=T, not {args.mesh}")
+        dp_size, args.world = int(sizes["dp"]), int(sizes["dp"]) * int(sizes["tp"])
     args.batch = args.batch or (128 if args.workload == "mlp" else 32)
     peaks = {}
 
     def ddpbench(name, strategy):
         def run():
+            on_mesh = ["--mesh", args.mesh] if args.mesh and strategy == "tp" else []
             c = ddpbench_case(args.build, ["--strategy", strategy, "--workload", args.workload, "--device", "cpu",
-                                           "--world-size", str(args.world), "--threads", "1",
+                                           "--world-size", str(args.world), "--threads", "1", *on_mesh,
                                            "--batch", str(args.batch), "--steps", str(args.steps),
                                            "--warmup", str(args.warmup)])
             if c["status"] != "ok":
@@ -52,7 +64,7 @@ def main():
         def run():
             r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "python_tp_loop.py"),
                                 str(args.steps), str(args.warmup), str(args.batch), "1", str(args.world),
-                                args.workload],
+                                args.workload, str(dp_size)],
                                capture_output=True, text=True, env=env)
             if r.returncode != 0:
                 raise SystemExit(f"compare_tp: the peer exited {r.returncode}: {r.stderr.strip()[-2000:]}")
@@ -61,16 +73,18 @@ def main():
             return statistics.fmean(figures["step_ms"])
         return run
 
+    peer_name = "PyTorch DTensor (parallelize_module)" + (" + DDP over dp" if args.mesh else "")
     tools = {
         "ddpbench tp": ddpbench("ddpbench tp", "tp"),
-        "PyTorch DTensor (parallelize_module)": peer("PyTorch DTensor (parallelize_module)"),
+        peer_name: peer(peer_name),
         "ddpbench ddp": ddpbench("ddpbench ddp", "ddp"),
     }
     samples = run_rounds(tools, args.rounds)
     base = "ddpbench tp"
-    report(args, samples, f"{args.workload}, world {args.world} (Gloo), global batch {args.batch} on every rank (tp) or split "
-           f"(ddp), 1 thread per rank, {args.steps} steps after {args.warmup} warm-up, {args.rounds} interleaved rounds",
-           base, label="run")
+    layout = (f"mesh {args.mesh} (world {args.world}, Gloo), global batch {args.batch} split over the dp groups"
+              if args.mesh else f"world {args.world} (Gloo), global batch {args.batch} on every rank (tp) or split (ddp)")
+    report(args, samples, f"{args.workload}, {layout}, 1 thread per rank, {args.steps} steps after {args.warmup} "
+           f"warm-up, {args.rounds} interleaved rounds", base, label="run")
     print()
     print(f"| run | peak on rank 0, MiB (median) | this one's / {base}'s |")
     print("|---|---|---|")

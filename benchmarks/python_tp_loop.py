@@ -14,10 +14,16 @@ pinned to its own cores as ddpbench pins its ranks. The same plan as ddpbench's:
   vocabulary), the head ColwiseParallel with its logits left sharded and the loss under
   loss_parallel() (vocabulary-parallel cross-entropy); AdamW (lr 1e-3) as ddpbench's.
 
+With DP_SIZE (ddpbench's --mesh dp=DP_SIZE,tp=WORLD/DP_SIZE) the mesh is 2-D, ("dp", "tp"),
+row-major as ddpbench lays it: the plan over each tp group, each dp group's rank taking its share of
+the global batch (samples d, d + DP_SIZE, ...), and PyTorch's DDP over the dp group wrapped around
+the parallelized model after `_pre_dp_module_transform`, PyTorch's documented way to compose tensor
+parallelism with DDP.
+
 After the timed steps one more step is measured for its peak on rank 0 (benchmarks/heap_peak.py).
 Prints rank 0's figures as JSON: {"step_ms": [...], "peak_bytes": N, "held_bytes": N, "peak_method": ...}.
 
-    python_tp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD [mlp|transformer]
+    python_tp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD [mlp|transformer] [DP_SIZE]
 """
 import json
 import math
@@ -73,7 +79,23 @@ class CausalLM(nn.Module):
         return self.head(h.transpose(0, 1))
 
 
-def mlp_step(mesh, batch):
+def data_parallel(model, dp):
+    """`model` (already parallelized over its tp group) under PyTorch's DDP over the dp mesh `dp`;
+    as it is without one."""
+    if dp is None:
+        return model
+    from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+    from torch.nn.parallel import DistributedDataParallel
+    _pre_dp_module_transform(model)
+    return DistributedDataParallel(model, process_group=dp.get_group())
+
+
+def my_share(rows, dp):
+    """This dp rank's samples of a global batch's rows: d, d + D, ... (ddpbench's sampler's)."""
+    return rows if dp is None else rows[dp.get_local_rank()::dp.size()]
+
+
+def mlp_step(mesh, batch, dp=None):
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     data = MlpBatches(batch)
     model = nn.Sequential(OrderedDict([("fc1", nn.Linear(784, 1024)), ("relu1", nn.ReLU()),
@@ -82,10 +104,11 @@ def mlp_step(mesh, batch):
                                        ("fc4", nn.Linear(1024, 10))]))
     parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel(),
                                      "fc3": ColwiseParallel(), "fc4": RowwiseParallel()})
+    model = data_parallel(model, dp)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step(k):
-        idx = data.indices(k)
+        idx = my_share(data.indices(k), dp)
         loss = nn.functional.cross_entropy(model(data.inputs.index_select(0, idx)), data.labels.index_select(0, idx))
         loss.backward()
         opt.step()
@@ -93,7 +116,7 @@ def mlp_step(mesh, batch):
     return model, opt, step
 
 
-def transformer_step(mesh, batch):
+def transformer_step(mesh, batch, dp=None):
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, loss_parallel, parallelize_module
     gen = torch.Generator().manual_seed(42)
@@ -106,10 +129,11 @@ def transformer_step(mesh, batch):
         plan.update({f"layers.{i}.{name}": ColwiseParallel() for name in ("wq", "wk", "wv", "linear1")})
         plan.update({f"layers.{i}.{name}": RowwiseParallel() for name in ("wo", "linear2")})
     parallelize_module(model, mesh, plan)
+    model = data_parallel(model, dp)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def step(k):
-        rows = slice((k % 32) * batch, (k % 32 + 1) * batch)
+        rows = my_share(torch.arange((k % 32) * batch, (k % 32 + 1) * batch), dp)
         logits = model(inputs[rows])
         with loss_parallel():
             loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets[rows].flatten())
@@ -119,14 +143,18 @@ def transformer_step(mesh, batch):
     return model, opt, step
 
 
-def rank_main(rank, world, port, steps, warmup, batch, threads, workload, queue):
+def rank_main(rank, world, port, steps, warmup, batch, threads, workload, dp_size, queue):
     from torch.distributed.device_mesh import init_device_mesh
 
     join_gloo_group(rank, world, port, threads)
-    mesh = init_device_mesh("cpu", (world,))
+    if dp_size > 1:
+        mesh = init_device_mesh("cpu", (dp_size, world // dp_size), mesh_dim_names=("dp", "tp"))
+        tp, dp = mesh["tp"], mesh["dp"]
+    else:
+        tp, dp = init_device_mesh("cpu", (world,)), None
     heap = heap_counter()
     torch.manual_seed(42)
-    model, opt, step = (transformer_step if workload == "transformer" else mlp_step)(mesh, batch)
+    model, opt, step = (transformer_step if workload == "transformer" else mlp_step)(tp, batch, dp)
 
     times = timed_steps(step, warmup, steps)
 
@@ -143,7 +171,8 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, workload, queue)
 def main():
     steps, warmup, batch, threads, world = (int(a) for a in sys.argv[1:6])
     workload = sys.argv[6] if len(sys.argv) > 6 else "mlp"
-    figures, rc = run_ranks("python_tp_loop.py", rank_main, world, (steps, warmup, batch, threads, workload))
+    dp_size = int(sys.argv[7]) if len(sys.argv) > 7 else 1
+    figures, rc = run_ranks("python_tp_loop.py", rank_main, world, (steps, warmup, batch, threads, workload, dp_size))
     if figures is not None:
         print(json.dumps(figures))
     return rc
