@@ -16,7 +16,8 @@
 #                        the tests that no earlier CTest of this build passed, on every core
 #   GPU_VISIT_MEASURES   which measurements, in this order (default: gpt2-loss-paths
 #                        compare-gpt2-default nccl-wait memory all-bf16; also compare-gpt2-plain
-#                        compare-gpt2-fused gpt2 gpt2-pp-tp memory-bucket-view compare-small resnet50)
+#                        compare-gpt2-fused gpt2 gpt2-pp-tp memory-bucket-view compare-small resnet50
+#                        hogwild-cuda-tests compare-hogwild-cuda mesh-nccl)
 #   GPU_VISIT_CTEST_COSTS a CTest log of an earlier visit (plain or .gz): CTest runs the tests that
 #                        took longest there first, and the tests it lacks before them (those that
 #                        were not reached), so that a run cut short leaves the quick ones undone
@@ -80,6 +81,8 @@ if [ "$smoke" = 1 ]; then
   resnet=(32 4)
   resnet_flags="--device cpu --steps 2 --warmup 1"
   loss_paths_flags=(--device cpu --tokens 256 --vocab 1000 --width 32 --chunk-rows 100 --repetitions 2 --warmup 1)
+  hogwild_flags=(--device cpu --rounds 1 --steps 3 --warmup 1 --batch 16)
+  mesh_flags=(--world-size 4 --mesh dp=2,tp=2 "${gpt2_flags[@]}")
 else
   gpt2_flags=(--steps 20 --warmup 5)
   gpt2_short_flags=(--steps 10 --warmup 3)
@@ -90,7 +93,18 @@ else
   resnet=(224 64)
   resnet_flags="--steps 10 --warmup 3"
   loss_paths_flags=(--device cuda --kernels 8)
+  hogwild_flags=(--device cuda --workers 1,2,4 --rounds 3 --steps 50 --warmup 10 --batch 512)
+  mesh_flags=(--world-size 1 --mesh dp=1,tp=1 "${gpt2_short_flags[@]}" --dtype bf16)
 fi
+
+# The tests binary, built beside the measurements by the CTest part below: a measurement that runs
+# tests with the GPU visible waits for it.
+tests_built="$out/.tests-built"
+wait_for_tests_build() {
+  local waited=0
+  while [ ! -f "$tests_built" ] && (( waited < 300 && $(elapsed) < deadline - 30 )); do sleep 2; waited=$((waited + 2)); done
+  [ -f "$tests_built" ]
+}
 fixed_reps=(--repetitions 3 --target-precision 0)
 
 measure() {
@@ -131,6 +145,20 @@ measure() {
       step compare-mlp-transformer 150 "${pinned[@]}" "$python" benchmarks/compare_python_api.py \
         --workloads mlp,transformer "${compare_flags[@]}" --steps 50 --warmup 10 "${compare_steps[@]}" --build "$build" --python "$python" \
         --json "$out/compare-mlp-transformer.json" ;;
+    hogwild-cuda-tests)  # hogwild's tests on the GPU (CTest hides it): threads and processes over CUDA IPC
+      if wait_for_tests_build; then
+        step hogwild-cuda-tests 120 "${pinned[@]}" "$build/tests/ddpbench_tests" \
+          --gtest_filter='*Hogwild*cuda*:*HogwildCuda*:*HogwildStrategy.ProcessesMode*'
+        grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/hogwild-cuda-tests.log" | tee -a "$summary"
+      else
+        note "hogwild-cuda-tests: not started, the tests binary was not built"
+      fi ;;
+    compare-hogwild-cuda)  # threads against processes against PyTorch's recipe, 1, 2 and 4 workers on one GPU
+      step compare-hogwild-cuda 200 "${pinned[@]}" "$python" benchmarks/compare_hogwild.py "${hogwild_flags[@]}" \
+        --build "$build" --python "$python" --json "$out/compare-hogwild-cuda.json" ;;
+    mesh-nccl)  # tp on a mesh over NCCL subgroups, stream waits (the default), the collective figures null
+      step mesh-nccl 90 "${ddpbench[@]}" --strategy tp --workload gpt2 "${mesh_flags[@]}" --repetitions 2 \
+        --target-precision 0 --json "$out/mesh-nccl.json" ;;
     all-bf16)
       step all-workloads-bf16 150 "${ddpbench[@]}" --strategy all --workload all --dtype bf16 --max-time 5 \
         "${run_flags[@]}" --json "$out/all-workloads-bf16.json" ;;
@@ -193,6 +221,7 @@ fi
 if has ctest "$steps"; then
   (
     if step build-tests 300 taskset -c "$test_cpus" cmake --build "$build" -j "$test_jobs"; then
+      touch "$tests_built"
       if [ -n "${GPU_VISIT_CTEST_COSTS:-}" ]; then order_tests_by_costs "$GPU_VISIT_CTEST_COSTS"; fi
       # The two-minute gpt2 parity test included: this is the whole suite. The tests that export
       # models run the exporter with the interpreter that has torch (DDPBENCH_PYTHON), not with
@@ -229,4 +258,5 @@ if has report "$steps"; then
     step report 60 "$python" scripts/ddpbench-report "${jsons[@]}" -o "$out/report"
   fi
 fi
+rm -f "$tests_built"
 note "done"

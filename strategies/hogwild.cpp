@@ -7,7 +7,8 @@
 // and the next batch to hand out).
 //
 //   --hogwild-mode threads:   N threads of this process (DeviceWorkers), one HogwildWorker each.
-//   --hogwild-mode processes: N worker processes over POSIX shared memory (HogwildProcesses).
+//   --hogwild-mode processes: N worker processes over POSIX shared memory, and on CUDA over one
+//                             device allocation shared by CUDA IPC (HogwildProcesses).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -35,10 +36,6 @@ class HogwildStrategy final : public Strategy {
  protected:
   std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
                                                    const StrategyOptions& options) const override {
-    if (options.hogwild.mode == HogwildMode::Processes && devices.is_cuda()) {
-      return "hogwild processes mode on CUDA needs CUDA IPC handles, which ddpbench does not implement: use "
-             "--hogwild-mode threads";
-    }
     const int workers = options.hogwild.workers > 0 ? options.hogwild.workers : spec.world_size;
     if (spec.global_batch < workers) {
       return "needs a sample per worker: global batch " + std::to_string(spec.global_batch) + " for " +
@@ -67,7 +64,10 @@ class HogwildStrategy final : public Strategy {
       config.executable = options_.worker_executable;
       config.workload = workload_;
       config.workers = workers_count_;
-      config.devices = setup.spec.world_size;
+      // On CUDA every worker trains on device 0, in the memory its parent shares by CUDA IPC, and the
+      // workers share the host's cores as threads mode's do.
+      config.devices = cuda_ ? 1 : setup.spec.world_size;
+      config.cuda_device = cuda_ ? device_.index() : -1;
       config.sync_every = options_.sync_every;
       config.threads_per_worker = setup.devices.threads_per_device();
       config.parity_optimizer = setup.parity_run;

@@ -16,6 +16,8 @@
 #include <thread>
 
 #include "base/child_process.h"
+#include "compat/cuda_ipc.h"
+#include "compat/torch_compat.h"
 #include "devices/device_set.h"
 #include "base/errors.h"
 #include "timing/trace.h"
@@ -29,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::uint64_t kMagic = 0x646470626877676bULL;  // "ddpbhwgk"
 constexpr int kMaxTensors = 1024;
-constexpr int kMaxDims = 8;
+constexpr int kMaxBatchDims = 8;
 // The descriptors a worker finds its command pipe, reply pipe and shared memory at.
 constexpr int kCommandFd = 3, kReplyFd = 4, kSharedFd = 5;
 constexpr const char* kWorkerVariable = "DDPBENCH_HOGWILD_WORKER";
@@ -48,16 +50,20 @@ struct BatchSlot {
   std::int64_t offset = 0;
   std::int32_t dtype = 0;  // c10::ScalarType
   std::int32_t dims = 0;
-  std::int64_t sizes[kMaxDims] = {};  // sizes[0] is the global batch
+  std::int64_t sizes[kMaxBatchDims] = {};  // sizes[0] is the global batch
 };
 
-// The head of the shared object; tensors and the batch buffer follow at the recorded offsets.
+// The head of the shared object. The tensors and the batch buffer follow it at the recorded offsets
+// (counted from the object's start) on the CPU; on CUDA they are at those offsets in the device
+// allocation whose IPC handle this block carries.
 struct ControlBlock {
   std::uint64_t magic;
   std::atomic<std::uint64_t> updates;  // the shared update counter (staleness is read off it)
   char workload[64];
   std::int32_t workers, devices, sync_every, threads_per_worker, parity_optimizer;
   std::int32_t precision;  // Precision
+  std::int32_t cuda_device;  // -1: the CPU
+  compat::CudaIpcHandle cuda_buffer;
   std::int32_t parameter_count, buffer_count;
   std::int64_t tensor_offset[kMaxTensors];  // parameters, then buffers, in module order
   std::int64_t tensor_bytes[kMaxTensors];
@@ -118,17 +124,24 @@ std::int64_t peak_rss_bytes() {
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
 }
 
-torch::Tensor tensor_at(void* base, std::int64_t offset, c10::IntArrayRef sizes, c10::ScalarType dtype) {
-  return torch::from_blob(static_cast<char*>(base) + offset, sizes, torch::TensorOptions().dtype(dtype));
+// A view of the shared data at `offset`: host shared memory, or the CUDA IPC allocation on `device`.
+torch::Tensor tensor_at(void* base, std::int64_t offset, c10::IntArrayRef sizes, c10::ScalarType dtype,
+                        torch::Device device) {
+  return torch::from_blob(static_cast<char*>(base) + offset, sizes, torch::TensorOptions().dtype(dtype).device(device));
 }
 
-torch::Tensor batch_at(void* base, const BatchSlot& slot) {
+torch::Tensor batch_at(void* base, const BatchSlot& slot, torch::Device device) {
   return tensor_at(base, slot.offset, c10::IntArrayRef(slot.sizes, static_cast<std::size_t>(slot.dims)),
-                   static_cast<c10::ScalarType>(slot.dtype));
+                   static_cast<c10::ScalarType>(slot.dtype), device);
+}
+
+torch::Device data_device(const ControlBlock& control) {
+  return control.cuda_device >= 0 ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(control.cuda_device))
+                                  : torch::Device(torch::kCPU);
 }
 
 BatchSlot batch_slot(const torch::Tensor& sample, std::int64_t global_batch, std::size_t& offset) {
-  if (sample.dim() > kMaxDims) throw CaseFailure("hogwild: a batch tensor has more than 8 dimensions");
+  if (sample.dim() > kMaxBatchDims) throw CaseFailure("hogwild: a batch tensor has more than 8 dimensions");
   BatchSlot slot;
   slot.offset = static_cast<std::int64_t>(offset);
   slot.dtype = static_cast<std::int32_t>(sample.scalar_type());
@@ -143,6 +156,7 @@ BatchSlot batch_slot(const torch::Tensor& sample, std::int64_t global_batch, std
 // The shared tensors, over the worker's own model's shapes (checked against the parent's bytes).
 void shared_tensors(void* base, const ControlBlock& control, WorkloadModel& model, std::vector<torch::Tensor>& parameters,
                     std::vector<torch::Tensor>& buffers) {
+  const torch::Device device = data_device(control);
   const auto own_parameters = model.distinct_parameters();
   const auto own_buffers = model.distinct_buffers();
   if (static_cast<int>(own_parameters.size()) != control.parameter_count ||
@@ -154,7 +168,7 @@ void shared_tensors(void* base, const ControlBlock& control, WorkloadModel& mode
     if (static_cast<std::int64_t>(like.numel() * like.element_size()) != control.tensor_bytes[i]) {
       throw std::runtime_error("the worker's model does not match the parent's");
     }
-    return tensor_at(base, control.tensor_offset[i++], like.sizes(), like.scalar_type());
+    return tensor_at(base, control.tensor_offset[i++], like.sizes(), like.scalar_type(), device);
   };
   for (const auto& p : own_parameters) parameters.push_back(place(p));
   for (const auto& b : own_buffers) buffers.push_back(place(b));
@@ -186,8 +200,11 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
   if (config_.workload->name().size() >= sizeof(ControlBlock::workload)) {
     throw CaseFailure("hogwild processes mode: workload name too long");
   }
-  // Where everything goes: the control block, each tensor, the batch buffer.
-  std::size_t offset = align64(sizeof(ControlBlock));
+  // Where everything goes: the control block, each tensor, the batch buffer. On CUDA the control
+  // block is alone in shared memory and the rest is in the device allocation, from its start.
+  const bool cuda = config_.cuda_device >= 0;
+  if (cuda) data_device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(config_.cuda_device));
+  std::size_t offset = cuda ? 0 : align64(sizeof(ControlBlock));
   std::vector<std::int64_t> tensor_offsets;
   for (const auto* list : {&parameters, &buffers}) {
     for (const auto& t : *list) {
@@ -199,11 +216,20 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
   const BatchSlot inputs = batch_slot(sample.inputs, kBatchSlots * config_.global_batch, offset);
   const BatchSlot targets = batch_slot(sample.targets, kBatchSlots * config_.global_batch, offset);
 
+  compat::CudaIpcHandle cuda_buffer{};
   try {
-    region_ = SharedMemoryRegion::create(offset, "ddpbench-hogwild");
+    region_ = SharedMemoryRegion::create(cuda ? align64(sizeof(ControlBlock)) : offset, "ddpbench-hogwild");
   } catch (const std::runtime_error& e) {
     throw CaseFailure(std::string("hogwild processes mode: ") + e.what() + "; --hogwild-mode threads needs none");
   }
+  if (cuda) {
+    try {
+      device_buffer_ = compat::cuda_ipc_allocate(config_.cuda_device, offset, cuda_buffer);
+    } catch (const std::runtime_error& e) {
+      throw CaseFailure(std::string("hogwild processes mode on CUDA: ") + e.what());
+    }
+  }
+  data_ = cuda ? device_buffer_.get() : region_.data();
   control_ = new (region_.data()) ControlBlock{};
   control_->magic = kMagic;
   control_->updates.store(0);
@@ -214,6 +240,8 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
   control_->threads_per_worker = config_.threads_per_worker;
   control_->parity_optimizer = config_.parity_optimizer ? 1 : 0;
   control_->precision = static_cast<std::int32_t>(config_.precision);
+  control_->cuda_device = cuda ? config_.cuda_device : -1;
+  control_->cuda_buffer = cuda_buffer;
   control_->parameter_count = static_cast<std::int32_t>(parameters.size());
   control_->buffer_count = static_cast<std::int32_t>(buffers.size());
   control_->inputs = inputs;
@@ -228,7 +256,7 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
       for (auto t : *list) {
         control_->tensor_offset[i] = tensor_offsets[static_cast<std::size_t>(i)];
         control_->tensor_bytes[i] = t.numel() * static_cast<std::int64_t>(t.element_size());
-        auto shared = tensor_at(region_.data(), tensor_offsets[static_cast<std::size_t>(i)], t.sizes(), t.scalar_type());
+        auto shared = shared_view(tensor_offsets[static_cast<std::size_t>(i)], t.sizes(), t.scalar_type());
         shared.copy_(t);
         t.set_data(shared);
         ++i;
@@ -236,6 +264,7 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
     }
   }
 
+  if (cuda) compat::cuda_synchronize(config_.cuda_device);  // the values are in before a worker reads them
   workers_.resize(static_cast<std::size_t>(config_.workers));
   try {
     for (int w = 0; w < config_.workers; ++w) spawn(w);
@@ -247,6 +276,12 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
 }
 
 HogwildProcesses::~HogwildProcesses() { stop_all(/*kill_now=*/false); }
+
+torch::Tensor HogwildProcesses::shared_view(std::int64_t offset, c10::IntArrayRef sizes, c10::ScalarType dtype) const {
+  if (!device_buffer_) return tensor_at(data_, offset, sizes, dtype, data_device_);
+  return torch::from_blob(static_cast<char*>(data_) + offset, sizes, [keep = device_buffer_](void*) {},
+                          torch::TensorOptions().dtype(dtype).device(data_device_));
+}
 
 std::vector<pid_t> HogwildProcesses::worker_pids() const {
   std::vector<pid_t> pids;
@@ -396,9 +431,12 @@ void HogwildProcesses::send(const Batch& batch, std::optional<std::int64_t> trac
   const std::int64_t slot_begin = (next_step_ % kBatchSlots) * config_.global_batch;
   {
     torch::NoGradGuard no_grad;
-    batch_at(region_.data(), control_->inputs).narrow(0, slot_begin, rows).copy_(batch.inputs);
-    batch_at(region_.data(), control_->targets).narrow(0, slot_begin, rows).copy_(batch.targets);
+    batch_at(data_, control_->inputs, data_device_).narrow(0, slot_begin, rows).copy_(batch.inputs);
+    batch_at(data_, control_->targets, data_device_).narrow(0, slot_begin, rows).copy_(batch.targets);
   }
+  // On CUDA the copies run on this process's stream, which the workers' streams cannot wait on:
+  // the rows are on the device before any worker is told to read them.
+  if (data_device_.is_cuda()) compat::cuda_synchronize(data_device_.index());
   // Even shards, the first rows % workers one row larger (as torch.chunk would not: no empty shard).
   const std::int64_t n = static_cast<std::int64_t>(workers_.size());
   InFlight step;
@@ -468,18 +506,25 @@ int hogwild_worker_main() {
       install_workload_sources(WorkloadSources::from_json(sources));
     }
     const Workload& workload = WorkloadRegistry::instance().get(control.workload);
+    // CUDA: the parent's device allocation, mapped here; the tensors below are views of it, so it is
+    // declared first and unmapped last.
+    std::shared_ptr<void> device_buffer;
+    if (control.cuda_device >= 0) device_buffer = compat::cuda_ipc_open(control.cuda_device, control.cuda_buffer);
+    void* data = device_buffer ? device_buffer.get() : region.data();
+    const torch::Device device = data_device(control);
     // Its device's cores, as ranks have (the OpenMP team it starts inherits them); the workers of
     // one virtual device share them.
     pin_to_core_slice(index % control.devices, control.devices, control.threads_per_worker);
     at::set_num_threads(control.threads_per_worker);
     ModelPtr model = workload.make_model();
+    model->to(device);
     std::vector<torch::Tensor> parameters, buffers;
-    shared_tensors(region.data(), control, *model, parameters, buffers);
+    shared_tensors(data, control, *model, parameters, buffers);
     const OptimizerFactory optimizer = control.parity_optimizer ? parity_optimizer(workload) : training_optimizer(workload);
     HogwildWorker worker(model, parameters, buffers, workload, optimizer, control.sync_every, control.updates,
                          static_cast<Precision>(control.precision), index, control.workers);
-    const torch::Tensor inputs = batch_at(region.data(), control.inputs);
-    const torch::Tensor targets = batch_at(region.data(), control.targets);
+    const torch::Tensor inputs = batch_at(data, control.inputs, device);
+    const torch::Tensor targets = batch_at(data, control.targets, device);
     const std::string fault = worker_fault(index);
 
     while (fault == "hang-start") std::this_thread::sleep_for(std::chrono::seconds(1));  // injected fault

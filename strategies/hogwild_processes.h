@@ -14,12 +14,20 @@
 // The batch buffer has two slots, so a step can be sent before the last one's replies are in: the
 // workers then go from one update to the next without waiting for the parent (hogwild.cpp sends
 // the harness's next batch ahead, within a section of the run).
+//
+// On CUDA the parameters, buffers and batch slots live instead in one device allocation exported
+// with a CUDA IPC handle (compat/cuda_ipc.h), which the control block in shared memory carries:
+// every worker maps it on the same GPU and builds its parameters as views of it, so updates go
+// straight into the shared device memory. The parent frees it only after every worker has been
+// reaped (and not before the last of its own views of it is gone), however the workers ended; a
+// worker's own device memory goes with its process.
 #include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -38,6 +46,7 @@ struct HogwildProcessesConfig {
   const Workload* workload = nullptr;
   int workers = 2;
   int devices = 2;  // CPU virtual devices the workers are spread over: worker i on device i % devices
+  int cuda_device = -1;  // the GPU every worker trains on, sharing its memory by CUDA IPC; -1: the CPU
   int sync_every = 1;
   int threads_per_worker = 1;
   bool parity_optimizer = false;  // the workload's parity optimizer instead of its own
@@ -89,11 +98,17 @@ class HogwildProcesses {
   template <typename OnReply>
   void collect(const char* what, OnReply on_reply);
   [[noreturn]] void fail(int index, const std::string& reason);
+  // A view of the shared data at `offset`. On CUDA it holds the device allocation: the parent's
+  // model keeps working on its views after this object is gone.
+  torch::Tensor shared_view(std::int64_t offset, c10::IntArrayRef sizes, c10::ScalarType dtype) const;
   void stop_all(bool kill_now);
 
   HogwildProcessesConfig config_;
   SharedMemoryRegion region_;
   struct ControlBlock* control_ = nullptr;
+  std::shared_ptr<void> device_buffer_;  // CUDA: the parameters, buffers and batch slots
+  void* data_ = nullptr;                 // where the tensors' offsets count from: region_ or device_buffer_
+  torch::Device data_device_{torch::kCPU};
   std::vector<Worker> workers_;
   std::int64_t next_step_ = 0;
   struct InFlight {

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The CUDA branches of the two files that have them (DDPBENCH_WITH_CUDA=1, NCCL) compiled for syntax
+# The CUDA branches of the three files that have them (DDPBENCH_WITH_CUDA=1, NCCL) compiled for syntax
 # against this LibTorch's CUDA headers and the CUDA toolkit's. A CPU-only LibTorch cannot link or
 # run them, but they must not rot between visits to a GPU. Exit 77 (CTest's skip) without the
 # toolkit's or LibTorch's CUDA headers.
@@ -22,7 +22,7 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/c10/cuda/impl"
 printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' >"$tmp/c10/cuda/impl/cuda_cmake_macros.h"
 status=0
-for file in compat/torch_compat.cpp compat/c10d_compat.cpp; do
+for file in compat/torch_compat.cpp compat/c10d_compat.cpp compat/cuda_ipc.cpp; do
   if ! "$cxx" -fsyntax-only -std=c++17 -Wall -Wextra -Wno-unused-parameter -Werror \
       -DDDPBENCH_WITH_CUDA=1 -DDDPBENCH_HAVE_NVTX=1 -DUSE_DISTRIBUTED -DUSE_C10D_GLOO -DUSE_C10D_NCCL \
       -I"$src" -I"$build/generated" "${includes[@]}" -isystem "$tmp" -isystem "$cuda_include" "$src/$file"; then

@@ -1,12 +1,24 @@
 // hogwild: the worker (shared storage, private copies, staleness) and the strategy in both modes on
-// real threads and real worker processes over shared memory, steps sent ahead included. Whole runs
-// of the executable (loss, every workload, trace, faults) are in test_hogwild_runs.cpp.
+// real threads and real worker processes over shared memory, steps sent ahead included, on the CPU
+// and, where a GPU is, on CUDA (processes mode there over CUDA IPC, with a killed worker's device
+// memory given back). Whole runs of the executable (loss, every workload, trace, faults) are in
+// test_hogwild_runs.cpp.
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include <algorithm>
+#include <signal.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <thread>
+#include <tuple>
+
+#include "base/errors.h"
+#include "compat/cuda_ipc.h"
+#include "compat/torch_compat.h"
 #include "strategies/strategy.h"
+#include "strategies/hogwild_processes.h"
 #include "strategies/hogwild_worker.h"
 #include "tests/support/test_support.h"
 
@@ -17,10 +29,11 @@ namespace {
 
 constexpr std::int64_t kBatch = 16;
 
+// Copies on the CPU, where the reference gradients are taken.
 struct Copies {
   std::vector<torch::Tensor> tensors;
   explicit Copies(const std::vector<torch::Tensor>& from) {
-    for (const auto& t : from) tensors.push_back(t.detach().clone());
+    for (const auto& t : from) tensors.push_back(t.detach().cpu().clone());
   }
 };
 
@@ -56,25 +69,38 @@ std::vector<torch::Tensor> gradient_at(const std::vector<torch::Tensor>& paramet
   return torch::autograd::grad({loss}, own);
 }
 
-class HogwildStrategyTest : public ::testing::TestWithParam<HogwildMode> {
+// The mode, and whether the workers train on CUDA device 0 (two workers there) or on two CPU
+// virtual devices.
+class HogwildStrategyTest : public ::testing::TestWithParam<std::tuple<HogwildMode, bool>> {
  protected:
+  void SetUp() override {
+    if (cuda() && !compat::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  }
+  static HogwildMode mode() { return std::get<0>(GetParam()); }
+  static bool cuda() { return std::get<1>(GetParam()); }
   std::unique_ptr<Strategy> start(int sync_every) {
     const auto& workload = WorkloadRegistry::instance().get("mlp");
     torch::manual_seed(7);
     auto strategy = StrategyRegistry::instance().get("hogwild").create();
     StrategySetup setup{workload, spec_, devices_, workload.make_model(), training_optimizer(workload)};
-    setup.options.hogwild.mode = GetParam();
+    setup.options.hogwild.mode = mode();
     setup.options.hogwild.sync_every = sync_every;
     setup.options.hogwild.worker_executable = testing::ddpbench_executable();
     setup.timeout_seconds = 60;
     strategy->setup(setup);
     return strategy;
   }
-  Batch batch(std::int64_t step) const {
-    return {data_.inputs.narrow(0, step * kBatch, kBatch), data_.targets.narrow(0, step * kBatch, kBatch), step, 0};
+  // Step `step`'s batch where `strategy` takes it, as the harness hands it over.
+  Batch batch(std::int64_t step, const Strategy& strategy) const {
+    Batch b{data_.inputs.narrow(0, step * kBatch, kBatch), data_.targets.narrow(0, step * kBatch, kBatch), step, 0};
+    if (const auto device = strategy.batch_device()) {
+      b.inputs = b.inputs.to(*device);
+      b.targets = b.targets.to(*device);
+    }
+    return b;
   }
 
-  const DeviceSet devices_ = resolve_devices({"cpu", 2, 1});
+  const DeviceSet devices_ = cuda() ? DeviceSet(DeviceKind::Cuda, 1, 1) : resolve_devices({"cpu", 2, 1});
   const CaseSpec spec_{"mlp", "hogwild", 2, kBatch};
   const Dataset data_ = WorkloadRegistry::instance().get("mlp").make_dataset(4 * kBatch, 3);
   PhaseRecorder phases_;
@@ -83,9 +109,9 @@ class HogwildStrategyTest : public ::testing::TestWithParam<HogwildMode> {
 TEST_P(HogwildStrategyTest, EveryWorkersUpdateReachesTheSharedParameters) {
   auto strategy = start(1);
   const Copies before(strategy->trained_parameters());
-  const auto loss = strategy->step(batch(0), phases_);
+  const auto loss = strategy->step(batch(0, *strategy), phases_);
   EXPECT_TRUE(std::isfinite(loss.item<double>()));
-  const auto change = difference(strategy->trained_parameters(), before.tensors);
+  const auto change = difference(Copies(strategy->trained_parameters()).tensors, before.tensors);
 
   // Each worker applies -lr * its own gradient (momentum's first step is the gradient itself),
   // adding it without a lock. Where both add to one element at the same moment, one add can
@@ -121,31 +147,37 @@ TEST_P(HogwildStrategyTest, EveryWorkersUpdateReachesTheSharedParameters) {
   for (const auto& p : strategy->trained_parameters()) EXPECT_FALSE(p.grad().defined());
 
   strategy->reset_measured_stats();
-  strategy->step(batch(1), phases_);
+  strategy->step(batch(1, *strategy), phases_);
   const auto async = strategy->async_summary();
   ASSERT_TRUE(async.has_value());
   EXPECT_EQ(async->updates, 2);  // one write per worker
   EXPECT_LE(async->staleness_max, 1) << "within a step only the other worker's update can land";
-  EXPECT_EQ(async->mode, to_string(GetParam()));
+  EXPECT_EQ(async->mode, to_string(mode()));
 }
 
 TEST_P(HogwildStrategyTest, SyncEveryKeepsWorkersApartBetweenSyncs) {
   auto strategy = start(3);
   const Copies initial(strategy->trained_parameters());
   for (int step = 0; step < 2; ++step) {
-    strategy->step(batch(step), phases_);
+    strategy->step(batch(step, *strategy), phases_);
     // The workers train private copies: the shared parameters do not move before the sync.
-    EXPECT_EQ(max_abs_difference(strategy->trained_parameters(), initial.tensors), 0.0) << "after step " << step + 1;
+    EXPECT_EQ(max_abs_difference(Copies(strategy->trained_parameters()).tensors, initial.tensors), 0.0)
+        << "after step " << step + 1;
   }
-  strategy->step(batch(2), phases_);
-  EXPECT_GT(max_abs_difference(strategy->trained_parameters(), initial.tensors), 1e-4) << "the sync added nothing";
+  strategy->step(batch(2, *strategy), phases_);
+  EXPECT_GT(max_abs_difference(Copies(strategy->trained_parameters()).tensors, initial.tensors), 1e-4)
+      << "the sync added nothing";
   const auto async = strategy->async_summary();
   ASSERT_TRUE(async.has_value());
   EXPECT_EQ(async->updates, 2) << "one write per worker per sync";
 }
 
-INSTANTIATE_TEST_SUITE_P(Mode, HogwildStrategyTest, ::testing::Values(HogwildMode::Threads, HogwildMode::Processes),
-                         [](const auto& info) { return std::string(to_string(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Mode, HogwildStrategyTest,
+                         ::testing::Combine(::testing::Values(HogwildMode::Threads, HogwildMode::Processes),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + (std::get<1>(info.param) ? "_cuda" : "");
+                         });
 
 TEST(HogwildWorker, PrivateCopiesDivergeAndSyncAddsEachWorkersChange) {
   const auto& workload = WorkloadRegistry::instance().get("mlp");
@@ -222,9 +254,9 @@ TEST(HogwildWorker, WorkersStepTheParametersInOrdersThatStartAtTheirShareOfTheEl
 // (Strategy::step's look-ahead). With one worker the updates are sequential, so the steps sent
 // ahead must train exactly as the same steps sent one by one: the same losses, step by step, and the
 // same parameters; and nothing is sent past the section's last step (the update count).
-TEST(HogwildStrategy, ProcessesModeStepsSentAheadTrainAsStepsSentOneByOne) {
+void steps_sent_ahead_train_as_steps_sent_one_by_one(bool cuda) {
   const auto& workload = WorkloadRegistry::instance().get("mlp");
-  const DeviceSet devices = resolve_devices({"cpu", 1, 1});
+  const DeviceSet devices = cuda ? DeviceSet(DeviceKind::Cuda, 1, 1) : resolve_devices({"cpu", 1, 1});
   const CaseSpec spec{"mlp", "hogwild", 1, kBatch};
   const Dataset data = workload.make_dataset(6 * kBatch, 3);
   auto batch = [&](std::int64_t step) {
@@ -269,6 +301,15 @@ TEST(HogwildStrategy, ProcessesModeStepsSentAheadTrainAsStepsSentOneByOne) {
   EXPECT_GT(one_by_one.front() - one_by_one.back(), 0.0) << "mlp did not learn: the test would not see a lost update";
 }
 
+TEST(HogwildStrategy, ProcessesModeStepsSentAheadTrainAsStepsSentOneByOne) {
+  steps_sent_ahead_train_as_steps_sent_one_by_one(/*cuda=*/false);
+}
+
+TEST(HogwildStrategy, ProcessesModeOnCudaStepsSentAheadTrainAsStepsSentOneByOne) {
+  if (!compat::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  steps_sent_ahead_train_as_steps_sent_one_by_one(/*cuda=*/true);
+}
+
 TEST(HogwildStrategy, ProcessesModeRefusesAStepWhoseBatchIsNotTheOneSentAhead) {
   const auto& workload = WorkloadRegistry::instance().get("mlp");
   const Dataset data = workload.make_dataset(3 * kBatch, 3);
@@ -287,16 +328,91 @@ TEST(HogwildStrategy, ProcessesModeRefusesAStepWhoseBatchIsNotTheOneSentAhead) {
   EXPECT_THROW(strategy->step(other, phases), std::logic_error);
 }
 
-TEST(HogwildStrategy, ProcessesModeOnCudaIsSkippedWithAReason) {
+TEST(HogwildStrategy, ProcessesModeRunsOnCuda) {
+  // CUDA IPC shares the device memory: processes mode is not refused on CUDA (it was before).
   StrategyOptions options;
   options.hogwild.mode = HogwildMode::Processes;
   options.hogwild.worker_executable = testing::ddpbench_executable();
   const auto strategy = StrategyRegistry::instance().get("hogwild").create();
   const CaseSpec spec{"mlp", "hogwild", 2, kBatch};
-  const auto reason = strategy->unsupported_reason(spec, DeviceSet(DeviceKind::Cuda, 2, 1), options);
-  ASSERT_TRUE(reason.has_value());
-  EXPECT_NE(reason->find("CUDA IPC"), std::string::npos) << *reason;
-  EXPECT_FALSE(strategy->unsupported_reason(spec, DeviceSet(DeviceKind::Cpu, 2, 1), options).has_value());
+  const auto reason = strategy->unsupported_reason(spec, DeviceSet(DeviceKind::Cuda, 1, 1), options);
+  EXPECT_FALSE(reason.has_value()) << *reason;
+}
+
+// DDPBENCH_FAULT_WORKER for the lifetime of this object (the workers inherit the environment).
+struct FaultInjected {
+  explicit FaultInjected(const char* spec) { ::setenv("DDPBENCH_FAULT_WORKER", spec, 1); }
+  ~FaultInjected() { ::unsetenv("DDPBENCH_FAULT_WORKER"); }
+};
+
+// Processes mode on CUDA, a worker SIGKILLed at its third update: the step fails naming it, no worker
+// is left, and the device memory is all given back: the workers' CUDA contexts (which the driver
+// frees with their processes) and the parent's IPC allocation (which the parent frees once the
+// workers are reaped and its model's views are gone). The free-memory figure is the whole device's,
+// so CTest runs this suite alone (RUN_SERIAL).
+TEST(HogwildCudaProcesses, AKilledWorkerLeavesNoProcessAndGivesTheDeviceMemoryBack) {
+  if (!compat::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const auto& workload = WorkloadRegistry::instance().get("mlp");
+  const torch::Device cuda(torch::kCUDA, 0);
+  compat::cuda_set_device(0);
+  {
+    // The kernels this process runs below, loaded now (CUDA loads a kernel's code into device
+    // memory at its first launch), so that only the workers and the shared allocation move the figure.
+    auto t = torch::ones({4}, torch::TensorOptions().device(cuda));
+    t.copy_(torch::zeros({4}));
+    (void)torch::isfinite(t).all().item<bool>();
+  }
+  compat::cuda_release_cached_memory(0);  // holds nothing cached
+  const std::int64_t free_before = compat::cuda_device_free_bytes(0);
+  const std::int64_t ipc_before = compat::cuda_ipc_allocated_bytes();
+  const Dataset data = workload.make_dataset(3 * kBatch, 3);
+  std::vector<pid_t> pids;
+  {
+    FaultInjected fault("1:kill");
+    auto model = workload.make_model();
+    model->to(cuda);
+    HogwildProcessesConfig config;
+    config.executable = testing::ddpbench_executable();
+    config.workload = &workload;
+    config.workers = 2;
+    config.devices = 1;
+    config.cuda_device = 0;
+    config.global_batch = kBatch;
+    config.timeout = std::chrono::milliseconds(60000);
+    HogwildProcesses processes(config, *model);
+    pids = processes.worker_pids();
+    EXPECT_GT(compat::cuda_ipc_allocated_bytes(), ipc_before);
+    // The measure can see the workers: their contexts and the shared allocation are on the device.
+    EXPECT_LT(compat::cuda_device_free_bytes(0), free_before - (64 << 20));
+    std::string failure;
+    for (std::int64_t step = 0; step < 3 && failure.empty(); ++step) {
+      try {
+        processes.send({data.inputs.narrow(0, step * kBatch, kBatch), data.targets.narrow(0, step * kBatch, kBatch), step, 0});
+        const auto result = processes.wait();
+        EXPECT_TRUE(std::isfinite(result.loss)) << "step " << step;
+        EXPECT_EQ(result.staleness.size(), 2u) << "step " << step << ": both workers wrote";
+      } catch (const CaseFailure& e) {
+        failure = e.what();
+      }
+    }
+    EXPECT_NE(failure.find("hogwild worker 1 was killed by signal 9 (SIGKILL)"), std::string::npos) << failure;
+    // The model still works on its views of the shared allocation after the failure.
+    EXPECT_TRUE(torch::isfinite(model->distinct_parameters()[0]).all().item<bool>());
+  }
+  for (const pid_t pid : pids) {
+    EXPECT_TRUE(::kill(pid, 0) != 0 && errno == ESRCH) << "worker " << pid << " is still there";
+  }
+  EXPECT_EQ(compat::cuda_ipc_allocated_bytes(), ipc_before) << "the IPC allocation outlived its last user";
+  compat::cuda_release_cached_memory(0);
+  // A dead process's context is torn down as it exits; allow the driver a moment. A worker's context
+  // alone is hundreds of MiB, so 32 MiB of slack still catches one left behind.
+  std::int64_t free_after = compat::cuda_device_free_bytes(0);
+  for (int i = 0; i < 50 && free_after < free_before - (32 << 20); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    free_after = compat::cuda_device_free_bytes(0);
+  }
+  EXPECT_GE(free_after, free_before - (32 << 20))
+      << "device memory not given back: " << (free_before - free_after) / (1 << 20) << " MiB";
 }
 
 }  // namespace
