@@ -299,8 +299,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_flag("--no-prefetch", no_prefetch, "fsdp: all-gather each unit when it runs, not while the one before it computes");
   std::string mesh;
   app.add_option("--mesh", mesh,
-                 "tp: the ranks on a grid of named dimensions, dp=D,tp=T (D x T = --world-size): tp over each group "
-                 "of T ranks, data parallel over the D groups (docs/mesh.md)");
+                 "tp: the ranks on a grid of named dimensions, dp=D,tp=T or fsdp=F,tp=T (the product = --world-size): "
+                 "tp over each group of T ranks, and data parallel (dp: ddp's buckets; fsdp: fsdp's sharded units) "
+                 "over the other groups (docs/mesh.md)");
   bool sequence_parallel = false;
   app.add_flag("--sequence-parallel", sequence_parallel,
                "tp: each block's all-reduces become a reduce-scatter into shares of the sequence and an all-gather "
@@ -469,16 +470,24 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     }
   }
   fsdp.prefetch = !no_prefetch;
-  for (const auto& [flag, given] : std::vector<std::pair<const char*, bool>>{
-           {"--reshard-after-forward", !reshard_after_forward.empty()}, {"--no-prefetch", no_prefetch}}) {
-    if (given && !runs_any_of({"fsdp"})) {
-      throw UsageError(std::string(flag) + ": applies to fsdp only, which --strategy does not include");
-    }
-  }
+  std::optional<Mesh> parsed_mesh;
   if (!mesh.empty()) {
     if (!runs_any_of({"tp"})) throw UsageError("--mesh: applies to tp only, which --strategy does not include");
-    const Mesh parsed = Mesh::parse(mesh, mesh_dimension_names(), cmd.devices.world_size);
+    parsed_mesh = Mesh::parse(mesh, mesh_dimension_names(), cmd.devices.world_size);
+  }
+  const bool fsdp_mesh = parsed_mesh && parsed_mesh->find("fsdp");
+  for (const auto& [flag, given] : std::vector<std::pair<const char*, bool>>{
+           {"--reshard-after-forward", !reshard_after_forward.empty()}, {"--no-prefetch", no_prefetch}}) {
+    if (given && !runs_any_of({"fsdp"}) && !fsdp_mesh) {
+      throw UsageError(std::string(flag) + ": applies to fsdp (or a --mesh with fsdp) only, which --strategy does not include");
+    }
+  }
+  if (parsed_mesh) {
+    const Mesh& parsed = *parsed_mesh;
     if (!parsed.find("tp")) throw UsageError("--mesh: tp runs on a mesh with a tp dimension, and " + mesh + " has none");
+    if (parsed.find("dp") && parsed.find("fsdp")) {
+      throw UsageError("--mesh: dp and fsdp both split the batch and reduce the gradients; a mesh takes one of them");
+    }
     if (parsed.size() > CpuMemoryCounter::kMaxWorldSize) {
       throw UsageError("--mesh: " + parsed.to_string() + " is " + std::to_string(parsed.size()) + " ranks, more than " +
                        std::to_string(CpuMemoryCounter::kMaxWorldSize));
@@ -489,6 +498,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   r.strategy.tp.sequence_parallel = sequence_parallel;
   if (sequence_parallel && !runs_any_of({"tp"})) {
     throw UsageError("--sequence-parallel: applies to tp only, which --strategy does not include");
+  }
+  if (sequence_parallel && fsdp_mesh) {
+    throw UsageError("--sequence-parallel: not yet on a mesh with fsdp (the LayerNorms' gradients, each rank's share of "
+                     "the sequence, would have to be summed over the tp group inside fsdp's reduce-scatters)");
   }
   const bool runs_ddp = runs_any_of({"ddp"});
   const std::vector<std::pair<const char*, bool>> ddp_flags = {{"--grad-as-bucket-view", grad_as_bucket_view},

@@ -148,6 +148,7 @@ void ShardedUnits::post_gather(std::size_t u) {
     unit.all_gather_seconds += cost.seconds;
   });
   traffic_.all_gather_bytes += bytes_of(unit.full);
+  traffic_.collectives += 1;
 }
 
 void ShardedUnits::ensure_gathered(std::size_t u) {
@@ -369,6 +370,7 @@ torch::Tensor ShardedUnits::finish_backward() {
   traffic_.steps += 1;
   traffic_.reduce_scatter_bytes += padded_bytes();
   traffic_.allreduce_bytes += bytes_of(loss_) + flag_bytes;
+  traffic_.collectives += static_cast<std::int64_t>(units_.size()) + 1 + (flag_bytes > 0 ? 1 : 0);
   for (const auto& u : units_) {
     traffic_.reduce_scatter_seconds += u.reduce_scatter_seconds;
     traffic_.all_gather_seconds += u.all_gather_seconds;

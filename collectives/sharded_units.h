@@ -46,6 +46,7 @@ struct UnitTraffic {
   std::int64_t allreduce_bytes = 0;       // the step's loss
   double reduce_scatter_seconds = 0;      // each collective from start to this rank's end, summed
   double all_gather_seconds = 0;
+  std::int64_t collectives = 0;  // all-gathers, reduce-scatters (one a unit) and the loss's all-reduce
 };
 
 class ShardedUnits {

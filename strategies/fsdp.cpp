@@ -5,26 +5,19 @@
 // gradients reduce-scattered into the ranks' chunks; the next unit's all-gather is prefetched while
 // one computes (--no-prefetch: not). Under --dtype bf16 the parameters are gathered in bf16 and the
 // gradients reduced in fp32 (FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)),
-// where the backend sends bf16. collectives/sharded_units.h holds the mechanics.
-#include <algorithm>
-#include <unordered_map>
-
+// where the backend sends bf16. collectives/sharded_units.h holds the mechanics, sharded_model.h
+// the model's units on them.
 #include "base/errors.h"
-#include "collectives/sharded_units.h"
 #include "compat/c10d_compat.h"
 #include "distributed/process_group.h"
 #include "strategies/rank_state.h"
+#include "strategies/sharded_model.h"
 #include "strategies/strategy.h"
 
 namespace ddpbench {
 namespace {
 
-class FsdpStrategy final : public Strategy, private UnitCallHooks {
- public:
-  ~FsdpStrategy() override {
-    if (model_) model_->set_unit_hooks(nullptr);
-  }
-
+class FsdpStrategy final : public Strategy {
  protected:
   std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet& devices,
                                                    const StrategyOptions&) const override {
@@ -54,10 +47,7 @@ class FsdpStrategy final : public Strategy, private UnitCallHooks {
     buffers_ = std::move(placed.buffers);
     workload_ = &setup.workload;
     global_batch_ = setup.spec.global_batch;
-    // Frozen parameters stay whole on every rank, as buffers do: they have no gradient to
-    // reduce-scatter (FSDP2 would shard them too; docs/sharded.md says what that leaves out).
     const auto parameters = model_->trainable_parameters();
-
     ShardedUnitOptions options;
     options.reshard_after_forward = setup.options.fsdp.reshard_after_forward;
     options.prefetch = setup.options.fsdp.prefetch;
@@ -71,8 +61,8 @@ class FsdpStrategy final : public Strategy, private UnitCallHooks {
         (device_.is_cuda() || compat::gloo_sends_bf16())) {
       options.gather_dtype = torch::kBFloat16;
     }
-    units_ = std::make_unique<ShardedUnits>(parameters, unit_indices(parameters), *group_, options);
-    model_->set_unit_hooks(this);
+    sharded_ = std::make_unique<ShardedModel>(*model_, *group_, options, "fsdp");
+    units_ = &sharded_->units();
     // The optimizer sees this rank's chunks only, as zero1's and zero2's (element-wise optimizers).
     optimizer_ = setup.make_optimizer(units_->optimizer_parameters());
     precision_ = setup.precision;
@@ -107,14 +97,7 @@ class FsdpStrategy final : public Strategy, private UnitCallHooks {
     return global_loss;
   }
 
-  std::vector<torch::Tensor> do_trained_parameters() override {
-    // The trainable ones gathered, the frozen ones as they are, in the model's order.
-    auto gathered = units_->gather_full_parameters();
-    std::vector<torch::Tensor> out;
-    std::size_t next = 0;
-    for (const auto& p : model_->distinct_parameters()) out.push_back(p.requires_grad() ? gathered.at(next++) : p);
-    return out;
-  }
+  std::vector<torch::Tensor> do_trained_parameters() override { return sharded_->full_parameters(); }
   // Between steps the model's own parameters have no memory under them (freed units); the chunks
   // are the optimizer's parameters, which held_tensors() counts.
   std::vector<torch::Tensor> do_held_parameters() override { return model_->distinct_parameters(); }
@@ -139,90 +122,14 @@ class FsdpStrategy final : public Strategy, private UnitCallHooks {
   void do_reset_measured_stats() override { units_->reset_traffic(); }
 
  private:
-  void before_unit(std::size_t workload_unit) override {
-    const std::size_t unit = sharded_unit_of_.at(workload_unit);
-    if (unit != kNoUnit) units_->before_forward(unit);
-  }
-  torch::Tensor after_unit(std::size_t workload_unit, torch::Tensor output) override {
-    const std::size_t unit = sharded_unit_of_.at(workload_unit);
-    if (unit == kNoUnit) return output;
-    units_->after_forward(unit);
-    // The unit's output gradient arrives before its own backward runs: gather it again there.
-    if (output.requires_grad() && torch::GradMode::is_enabled()) {
-      output.register_hook([this, unit](const torch::Tensor&) { units_->before_backward(unit); });
-    }
-    return output;
-  }
-
-  // The workload's wrap units as indices into `parameters` (the rest is the root). A parameter that
-  // two units name (a tied weight: the embedding's in the first unit, the head's in the last) stays
-  // with the root, gathered for the whole step: in either unit it would be freed while the other
-  // still needs it, and sharded twice it would be trained as two copies.
-  std::vector<std::vector<std::size_t>> unit_indices(const std::vector<torch::Tensor>& parameters) {
-    const std::vector<WrapUnit> named = model_->wrap_units();
-    auto units = units_as_sharded(named, parameters);
-    // A unit left with nothing runs as part of the root: its hooks do nothing.
-    std::vector<std::vector<std::size_t>> kept;
-    sharded_unit_of_.assign(units.size(), kNoUnit);
-    for (std::size_t u = 0; u < units.size(); ++u) {
-      if (units[u].empty()) continue;
-      sharded_unit_of_[u] = kept.size();
-      kept.push_back(std::move(units[u]));
-    }
-    refuse_mixed_dtypes(parameters, kept, named);
-    return kept;
-  }
-
-  // PyTorch's names: float32, float64, bfloat16, ...
-  static std::string dtype_name(c10::ScalarType type) {
-    switch (type) {
-      case torch::kFloat: return "float32";
-      case torch::kDouble: return "float64";
-      case torch::kHalf: return "float16";
-      case torch::kBFloat16: return "bfloat16";
-      default: return c10::toString(type);
-    }
-  }
-  // A unit is one flat buffer in one dtype: a float64 parameter beside float32 ones would be trained
-  // in float32 and counted at half its bytes. Refused, naming the unit and both dtypes.
-  void refuse_mixed_dtypes(const std::vector<torch::Tensor>& parameters, const std::vector<std::vector<std::size_t>>& units,
-                           const std::vector<WrapUnit>& named) const {
-    std::vector<char> in_unit(parameters.size(), 0);
-    const auto check = [&](const std::vector<std::size_t>& members, const std::string& name) {
-      for (std::size_t k : members) {
-        const auto a = parameters[members.front()].scalar_type(), b = parameters[k].scalar_type();
-        if (a != b) {
-          throw CaseFailure("fsdp: " + name + " holds " + dtype_name(a) + " and " + dtype_name(b) +
-                            " parameters, and fsdp keeps a unit in one flat buffer of one dtype (zero1 and zero2 "
-                            "bucket by dtype): give the unit one dtype");
-        }
-      }
-    };
-    for (std::size_t u = 0; u < units.size(); ++u) {
-      for (std::size_t k : units[u]) in_unit[k] = 1;
-      std::string name = "wrap unit " + std::to_string(u);
-      for (std::size_t w = 0; w < sharded_unit_of_.size(); ++w) {
-        if (sharded_unit_of_[w] == u && w < named.size()) name = "wrap unit '" + named[w].name + "'";
-      }
-      check(units[u], name);
-    }
-    std::vector<std::size_t> root;
-    for (std::size_t k = 0; k < parameters.size(); ++k) {
-      if (!in_unit[k]) root.push_back(k);
-    }
-    check(root, "the root (the parameters in no wrap unit)");
-  }
-
   ProcessGroupContext* group_ = nullptr;
   const Workload* workload_ = nullptr;
   std::int64_t global_batch_ = 1;
   c10::Device device_{c10::kCPU};
   ModelPtr model_;
   std::vector<torch::Tensor> buffers_;
-  std::unique_ptr<ShardedUnits> units_;
-  // The ShardedUnits unit of each of the workload's wrap units (kNoUnit: its parameters are the root's).
-  static constexpr std::size_t kNoUnit = static_cast<std::size_t>(-1);
-  std::vector<std::size_t> sharded_unit_of_;
+  std::unique_ptr<ShardedModel> sharded_;  // after model_: gone first, and the hooks with it
+  ShardedUnits* units_ = nullptr;          // sharded_'s
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   Precision precision_ = Precision::Fp32;
   LossScaler scaler_{Precision::Fp32};

@@ -77,12 +77,12 @@ struct StrategyOptions {
   PipelineOptions pipeline;
   TensorParallelOptions tp;
   // --mesh as parsed and checked (distributed/mesh.h's text, "dp=2,tp=2"); empty: none, each
-  // strategy over the whole world. tp composes with dp on it (docs/mesh.md).
+  // strategy over the whole world. tp composes with dp or fsdp on it (docs/mesh.md).
   std::string mesh;
 };
-// The mesh dimensions --mesh knows, and those tp runs on (it needs its own, "tp").
+// The mesh dimensions --mesh knows, and those tp runs on (it needs its own, "tp"; one of dp and fsdp).
 inline const std::vector<std::string>& mesh_dimension_names() {
-  static const std::vector<std::string> names{"dp", "tp"};
+  static const std::vector<std::string> names{"dp", "fsdp", "tp"};
   return names;
 }
 

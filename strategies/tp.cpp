@@ -25,6 +25,10 @@
 // what a rank holds are all-reduced over its dp group in ddp's buckets (collectives/
 // gradient_bucketer.h), overlapped with backward, weighted by the group's share of the batch, and
 // the sequence-parallel sums over the tp group come after them (both are sums, so either order).
+// On --mesh fsdp=F,tp=T the F groups shard what each rank holds instead, as fsdp shards a model
+// (strategies/sharded_model.h): each wrap unit's shares gathered over the fsdp group around its
+// forward and before its backward, its gradients reduce-scattered into chunks that the optimizer
+// steps. Sequence parallelism does not run on an fsdp mesh yet (the CLI refuses it).
 #include <torch/nn/functional/linear.h>
 #include <torch/nn/modules/embedding.h>
 
@@ -36,6 +40,7 @@
 #include "distributed/mesh.h"
 #include "distributed/process_group.h"
 #include "strategies/rank_state.h"
+#include "strategies/sharded_model.h"
 #include "strategies/strategy.h"
 #include "strategies/tp_group.h"
 #include "workloads/vocab_parallel_cross_entropy.h"
@@ -114,10 +119,10 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
     return std::nullopt;
   }
 
-  // Every rank of a tp group trains on its dp group's share of the batch (all of it without a mesh):
-  // the model is split, not the data.
+  // Every rank of a tp group trains on its dp (or fsdp) group's share of the batch (all of it
+  // without a mesh): the model is split, not the data.
   DataShard do_data_shard() const override {
-    return dp_group_ ? DataShard{dp_group_->rank(), dp_group_->size()} : DataShard{0, 1};
+    return data_group_ ? DataShard{data_group_->rank(), data_group_->size()} : DataShard{0, 1};
   }
   std::optional<c10::Device> do_batch_device() const override { return device_; }
 
@@ -139,7 +144,16 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
       // member: they hold the same shares).
       bucketer_ = std::make_unique<GradientBucketer>(model_->trainable_parameters(), *dp_group_, BucketOptions{});
     }
-    optimizer_ = setup.make_optimizer(model_->trainable_parameters());
+    if (fsdp_group_) {
+      // fsdp's units over the fsdp group, of the shares this rank holds; the optimizer steps this
+      // rank's chunks of them. Parameters gathered in their own dtype (no bf16 gathering here yet).
+      ShardedUnitOptions options;
+      options.reshard_after_forward = setup.options.fsdp.reshard_after_forward;
+      options.prefetch = setup.options.fsdp.prefetch;
+      options.overlap = setup.options.ddp.overlap;
+      sharded_ = std::make_unique<ShardedModel>(*model_, *fsdp_group_, options, "tp");
+    }
+    optimizer_ = setup.make_optimizer(sharded_ ? sharded_->units().optimizer_parameters() : model_->trainable_parameters());
     precision_ = setup.precision;
     scaler_ = LossScaler(precision_);
   }
@@ -149,19 +163,27 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
       auto scope = phases.scope(Phase::Optimizer);
       if (bucketer_) {
         bucketer_->zero_grad();
+      } else if (sharded_) {
+        sharded_->units().free_gradients();
       } else {
         for (auto& p : model_->trainable_parameters()) p.mutable_grad() = torch::Tensor();
       }
     }
     tp_.set_phases(&phases);
+    if (sharded_) {
+      // This rank's gradients enter the reduce-scatters times its fsdp group's share of the batch.
+      sharded_->units().begin_step(static_cast<double>(batch.inputs.size(0)) / static_cast<double>(global_batch_), &phases);
+    }
     const auto forward = rank_forward(batch, *workload_, *model_, device_, *group_, {}, precision_, global_batch_, phases);
     torch::Tensor loss = forward.loss.detach();
     if (bucketer_) bucketer_->prepare_step(forward.share, loss * forward.share, &phases);
+    if (sharded_) sharded_->units().set_loss(loss * forward.share);
     {
       auto scope = phases.scope(Phase::Backward);
       scaler_.scale(forward.loss).backward();
       if (sequence_parallel_ && !bucketer_) sum_sequence_parallel_gradients();
     }
+    if (sharded_) loss = sharded_->units().finish_backward();  // its wait is the exposed reduce-scatter
     if (bucketer_) {
       {
         auto scope = phases.scope(Phase::CommExposed);
@@ -184,16 +206,19 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
   // the rest as held. Only the parity check asks.
   std::vector<torch::Tensor> do_trained_parameters() override {
     torch::NoGradGuard no_grad;
+    const auto parameters = model_->distinct_parameters();
+    // What this rank holds of each, gathered over the fsdp group first on an fsdp mesh.
+    const auto held = sharded_ ? sharded_->full_parameters() : parameters;
     std::vector<torch::Tensor> out;
-    for (const auto& p : model_->distinct_parameters()) {
-      const auto found = shards_.find(p.unsafeGetTensorImpl());
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      const auto found = shards_.find(parameters[i].unsafeGetTensorImpl());
       if (found == shards_.end()) {
-        out.push_back(p);
+        out.push_back(held[i]);
         continue;
       }
       const Share& share = found->second;
-      auto whole = torch::zeros(share.whole_shape, p.options());
-      share.in(whole).copy_(share.in(p, /*held=*/true));
+      auto whole = torch::zeros(share.whole_shape, held[i].options());
+      share.in(whole).copy_(share.in(held[i], /*held=*/true));
       group_->allreduce(whole, "tp: gathering the trained parameters");
       out.push_back(whole);
     }
@@ -229,6 +254,10 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
           const auto& s = bucketer_->stats();
           d.bytes_per_step = s.bytes / s.steps;
           d.collectives_per_step = static_cast<int>(s.collectives / s.steps);
+        } else if (dim.name == "fsdp" && sharded_ && sharded_->units().traffic().steps > 0) {
+          const auto& u = sharded_->units().traffic();
+          d.bytes_per_step = (u.all_gather_bytes + u.reduce_scatter_bytes + u.allreduce_bytes) / u.steps;
+          d.collectives_per_step = static_cast<int>(u.collectives / u.steps);
         }
         c.mesh.push_back(d);
       }
@@ -238,16 +267,19 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
   void do_reset_measured_stats() override {
     tp_.reset();
     if (bucketer_) bucketer_->reset_stats();
+    if (sharded_) sharded_->units().reset_traffic();
     steps_ = 0;
   }
 
  private:
   // This rank's groups on the mesh: its tp group becomes the group the layers split over, its dp
-  // group (if the mesh has one) the one its gradients are reduced over.
+  // group (if the mesh has one) the one its gradients are reduced over, its fsdp group (if the mesh
+  // has one) the one what it holds is sharded over.
   void join_mesh(const Mesh& mesh) {
     mesh_groups_ = mesh_groups(*group_, mesh);
     group_ = mesh_groups_[*mesh.find("tp")].get();
-    if (const auto dp = mesh.find("dp")) dp_group_ = mesh_groups_[*dp].get();
+    if (const auto dp = mesh.find("dp")) data_group_ = dp_group_ = mesh_groups_[*dp].get();
+    if (const auto fsdp = mesh.find("fsdp")) data_group_ = fsdp_group_ = mesh_groups_[*fsdp].get();
     mesh_ = mesh;
   }
 
@@ -384,6 +416,8 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
   std::optional<Mesh> mesh_;
   std::vector<std::unique_ptr<ProcessGroupContext>> mesh_groups_;  // this rank's, one per dimension
   ProcessGroupContext* dp_group_ = nullptr;                         // the mesh's dp dimension's, if any
+  ProcessGroupContext* fsdp_group_ = nullptr;                       // the mesh's fsdp dimension's, if any
+  ProcessGroupContext* data_group_ = nullptr;                       // whichever of the two splits the batch
   TensorParallelGroup tp_;
   bool sequence_parallel_ = false;
   std::optional<std::int64_t> sequence_dim_;  // set where the model enters its blocks, under sequence parallelism
@@ -397,6 +431,7 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
   std::unordered_map<const void*, std::int64_t> vocabulary_first_;
   std::unordered_map<const void*, Share> shards_;  // each split parameter's, by its TensorImpl
   std::unique_ptr<GradientBucketer> bucketer_;  // over dp_group_; after model_ and the groups: gone first
+  std::unique_ptr<ShardedModel> sharded_;       // over fsdp_group_; likewise
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   Precision precision_ = Precision::Fp32;
   LossScaler scaler_{Precision::Fp32};
