@@ -8,14 +8,18 @@ trixie's torch 2.6) with --build build-libtorch2. ddpbench's `ddp` runs beside t
 
 With --mesh dp=D,tp=T both sides run on the 2-D mesh: ddpbench `tp --mesh`, the peer its plan over
 each tp group and PyTorch's DDP over the dp groups (`_pre_dp_module_transform`), each dp group on its
-share of the batch; `ddp` runs at world D x T beside them.
+share of the batch; `ddp` runs at world D x T beside them. With --mesh fsdp=F,tp=T the peer wraps
+its parallelized model in FSDP2 (`fully_shard` over the fsdp groups, each of ddpbench's wrap units
+its own) instead, torchtitan's FSDP x TP, and `fsdp` runs beside them; on that mesh no unit on
+either side is resharded after its forward (--reshard-after-forward off), as the peer cannot be on
+the CPU (python_tp_loop.py).
 
 Rounds are interleaved (benchmarks/interleave.py), each run fresh rank processes; a run's figures
 are rank 0's mean step time and its peak bytes (ddpbench: device 0's peak_allocated_bytes; the peer:
 every thread's malloc counted by benchmarks/heap_counter.c, preloaded).
 
     benchmarks/compare_tp.py [--workload mlp|transformer] [--rounds 5] [--steps 20] [--warmup 5]
-                             [--batch 128 for mlp, 32 for transformer] [--world 2 | --mesh dp=2,tp=2]
+                             [--batch 128 for mlp, 32 for transformer] [--world 2 | --mesh dp=2,tp=2 | --mesh fsdp=2,tp=2]
 """
 import json
 import os
@@ -33,20 +37,29 @@ def main():
     p = parser(__doc__, rounds=5, steps=20, batch=0)
     p.add_argument("--world", type=int, default=2, help="ranks (one thread each)")
     p.add_argument("--workload", choices=["mlp", "transformer"], default="mlp")
-    p.add_argument("--mesh", default="", help="dp=D,tp=T: both sides on that 2-D mesh (world D x T)")
+    p.add_argument("--mesh", default="", help="dp=D,tp=T or fsdp=F,tp=T: both sides on that 2-D mesh (world D x T)")
     args = p.parse_args()
-    dp_size = 1
+    dp_size, dp_kind = 1, "dp"
     if args.mesh:
-        sizes = dict(pair.split("=") for pair in args.mesh.split(","))
-        if sorted(sizes) != ["dp", "tp"] or list(sizes) != ["dp", "tp"]:
-            raise SystemExit(f"compare_tp: --mesh: expected dp=D,tp=T, not {args.mesh}")
-        dp_size, args.world = int(sizes["dp"]), int(sizes["dp"]) * int(sizes["tp"])
+        try:
+            sizes = dict(pair.split("=") for pair in args.mesh.split(","))
+        except ValueError:
+            sizes = {}
+        if list(sizes) not in (["dp", "tp"], ["fsdp", "tp"]):
+            p.error(f"--mesh: expected dp=D,tp=T or fsdp=F,tp=T, not {args.mesh}")
+        dp_kind = list(sizes)[0]
+        dp_size, args.world = int(sizes[dp_kind]), int(sizes[dp_kind]) * int(sizes["tp"])
+    # On an fsdp mesh both sides keep each unit gathered from its forward to its backward: the peer
+    # cannot reshard there (python_tp_loop.py says why).
+    no_reshard = ["--reshard-after-forward", "off"] if dp_kind == "fsdp" else []
     args.batch = args.batch or (128 if args.workload == "mlp" else 32)
     peaks = {}
 
     def ddpbench(name, strategy):
         def run():
             on_mesh = ["--mesh", args.mesh] if args.mesh and strategy == "tp" else []
+            if strategy in ("tp", "fsdp"):
+                on_mesh += no_reshard
             c = ddpbench_case(args.build, ["--strategy", strategy, "--workload", args.workload, "--device", "cpu",
                                            "--world-size", str(args.world), "--threads", "1", *on_mesh,
                                            "--batch", str(args.batch), "--steps", str(args.steps),
@@ -64,7 +77,7 @@ def main():
         def run():
             r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "python_tp_loop.py"),
                                 str(args.steps), str(args.warmup), str(args.batch), "1", str(args.world),
-                                args.workload, str(dp_size)],
+                                args.workload, str(dp_size), dp_kind],
                                capture_output=True, text=True, env=env)
             if r.returncode != 0:
                 raise SystemExit(f"compare_tp: the peer exited {r.returncode}: {r.stderr.strip()[-2000:]}")
@@ -73,15 +86,18 @@ def main():
             return statistics.fmean(figures["step_ms"])
         return run
 
-    peer_name = "PyTorch DTensor (parallelize_module)" + (" + DDP over dp" if args.mesh else "")
+    peer_name = "PyTorch DTensor (parallelize_module)" + (
+        {"dp": " + DDP over dp", "fsdp": " + FSDP2 over fsdp"}[dp_kind] if args.mesh else "")
     tools = {
         "ddpbench tp": ddpbench("ddpbench tp", "tp"),
         peer_name: peer(peer_name),
-        "ddpbench ddp": ddpbench("ddpbench ddp", "ddp"),
+        f"ddpbench {'fsdp' if dp_kind == 'fsdp' else 'ddp'}": ddpbench(
+            f"ddpbench {'fsdp' if dp_kind == 'fsdp' else 'ddp'}", "fsdp" if dp_kind == "fsdp" else "ddp"),
     }
     samples = run_rounds(tools, args.rounds)
     base = "ddpbench tp"
-    layout = (f"mesh {args.mesh} (world {args.world}, Gloo), global batch {args.batch} split over the dp groups"
+    layout = (f"mesh {args.mesh} (world {args.world}, Gloo), global batch {args.batch} split over the {dp_kind} groups"
+              + (", no unit resharded after forward" if no_reshard else "")
               if args.mesh else f"world {args.world} (Gloo), global batch {args.batch} on every rank (tp) or split (ddp)")
     report(args, samples, f"{args.workload}, {layout}, 1 thread per rank, {args.steps} steps after {args.warmup} "
            f"warm-up, {args.rounds} interleaved rounds", base, label="run")

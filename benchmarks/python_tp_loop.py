@@ -18,12 +18,15 @@ With DP_SIZE (ddpbench's --mesh dp=DP_SIZE,tp=WORLD/DP_SIZE) the mesh is 2-D, ("
 row-major as ddpbench lays it: the plan over each tp group, each dp group's rank taking its share of
 the global batch (samples d, d + DP_SIZE, ...), and PyTorch's DDP over the dp group wrapped around
 the parallelized model after `_pre_dp_module_transform`, PyTorch's documented way to compose tensor
-parallelism with DDP.
+parallelism with DDP. With DP_KIND fsdp (ddpbench's --mesh fsdp=DP_SIZE,tp=...) the mesh's first
+dimension is ("fsdp") and FSDP2's fully_shard over it wraps the parallelized model instead, each of
+ddpbench's wrap units its own (mlp: each Linear; transformer: each layer), then the root, none
+resharded after its forward: torchtitan's FSDP x TP.
 
 After the timed steps one more step is measured for its peak on rank 0 (benchmarks/heap_peak.py).
 Prints rank 0's figures as JSON: {"step_ms": [...], "peak_bytes": N, "held_bytes": N, "peak_method": ...}.
 
-    python_tp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD [mlp|transformer] [DP_SIZE]
+    python_tp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD [mlp|transformer] [DP_SIZE] [dp|fsdp]
 """
 import json
 import math
@@ -79,10 +82,26 @@ class CausalLM(nn.Module):
         return self.head(h.transpose(0, 1))
 
 
-def data_parallel(model, dp):
-    """`model` (already parallelized over its tp group) under PyTorch's DDP over the dp mesh `dp`;
+def data_parallel(model, dp, units=()):
+    """`model` (already parallelized over its tp group) under PyTorch's DDP over the dp mesh `dp`,
+    or under FSDP2 over it (`dp` named "fsdp": each of `units` sharded on its own, then the root);
     as it is without one."""
     if dp is None:
+        return model
+    if dp.mesh_dim_names == ("fsdp",):
+        from python_fsdp_loop import complete_cpu_streams
+        complete_cpu_streams()  # torch 2.6's CPU streams, as FSDP2 calls them (see there)
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:  # before 2.6's public name
+            from torch.distributed._composable.fsdp import fully_shard
+        # No unit is resharded after its forward (SHARD_GRAD_OP; ddpbench's side runs with
+        # --reshard-after-forward off): over TP on the CPU, torch 2.6 fails autograd's version check on
+        # the transformer when they are ("one of the variables needed for gradient computation has
+        # been modified by an inplace operation: [torch.FloatTensor [128]] is at version 2").
+        for unit in units:
+            fully_shard(unit, mesh=dp, reshard_after_forward=False)
+        fully_shard(model, mesh=dp, reshard_after_forward=False)
         return model
     from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
     from torch.nn.parallel import DistributedDataParallel
@@ -104,7 +123,7 @@ def mlp_step(mesh, batch, dp=None):
                                        ("fc4", nn.Linear(1024, 10))]))
     parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel(),
                                      "fc3": ColwiseParallel(), "fc4": RowwiseParallel()})
-    model = data_parallel(model, dp)
+    model = data_parallel(model, dp, [model.fc1, model.fc2, model.fc3, model.fc4])
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step(k):
@@ -129,7 +148,7 @@ def transformer_step(mesh, batch, dp=None):
         plan.update({f"layers.{i}.{name}": ColwiseParallel() for name in ("wq", "wk", "wv", "linear1")})
         plan.update({f"layers.{i}.{name}": RowwiseParallel() for name in ("wo", "linear2")})
     parallelize_module(model, mesh, plan)
-    model = data_parallel(model, dp)
+    model = data_parallel(model, dp, list(model.layers))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def step(k):
@@ -143,13 +162,13 @@ def transformer_step(mesh, batch, dp=None):
     return model, opt, step
 
 
-def rank_main(rank, world, port, steps, warmup, batch, threads, workload, dp_size, queue):
+def rank_main(rank, world, port, steps, warmup, batch, threads, workload, dp_size, dp_kind, queue):
     from torch.distributed.device_mesh import init_device_mesh
 
     join_gloo_group(rank, world, port, threads)
     if dp_size > 1:
-        mesh = init_device_mesh("cpu", (dp_size, world // dp_size), mesh_dim_names=("dp", "tp"))
-        tp, dp = mesh["tp"], mesh["dp"]
+        mesh = init_device_mesh("cpu", (dp_size, world // dp_size), mesh_dim_names=(dp_kind, "tp"))
+        tp, dp = mesh["tp"], mesh[dp_kind]
     else:
         tp, dp = init_device_mesh("cpu", (world,)), None
     heap = heap_counter()
@@ -172,7 +191,9 @@ def main():
     steps, warmup, batch, threads, world = (int(a) for a in sys.argv[1:6])
     workload = sys.argv[6] if len(sys.argv) > 6 else "mlp"
     dp_size = int(sys.argv[7]) if len(sys.argv) > 7 else 1
-    figures, rc = run_ranks("python_tp_loop.py", rank_main, world, (steps, warmup, batch, threads, workload, dp_size))
+    dp_kind = sys.argv[8] if len(sys.argv) > 8 else "dp"
+    figures, rc = run_ranks("python_tp_loop.py", rank_main, world,
+                            (steps, warmup, batch, threads, workload, dp_size, dp_kind))
     if figures is not None:
         print(json.dumps(figures))
     return rc
