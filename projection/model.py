@@ -36,6 +36,7 @@ What is measured is kept and only what changes is modelled:
 from projection import collectives, timelines
 from projection.cases import Bucket, MeasuredCase, Projection, ProjectionError, measured_cases  # noqa: F401
 from projection.memory import SHARDS, memory_assumption, memory_per_device, whole_model_bytes
+from projection.mesh import project_dp_tp, tp_sizes
 from projection.pipeline import project_pp
 from projection.tensor_parallel import project_tp
 from projection.slowdown import Slowdown, fit as fit_slowdown
@@ -300,15 +301,22 @@ class Projector:
         return project_tp(self, case, world, self.singles.get(case.workload))
 
     def project(self, case, strategy, world):
-        p = self._project_point(case, strategy, world)
+        return self._with_band(lambda projector: projector._project_point(case, strategy, world))
+
+    def project_layout(self, case, world, tp_size):
+        """The 2-D layout dp=world/tp_size,tp=tp_size from a 1-D tp case (mesh.py), with its band."""
+        return self._with_band(lambda projector: project_dp_tp(projector, case, world,
+                                                               projector.singles.get(case.workload), tp_size))
+
+    def _with_band(self, point):
+        """point(self), and its band: the same projection with every link at the high end of its
+        efficiency and the slow-down at its low end, and the other way round."""
+        p = point(self)
         if p.status == "projected":
-            # The same projection with every link at the high end of its efficiency and the slow-down
-            # at its low end, and the other way round.
             fast = Projector(self.network.at("high"), self.scaling, self.slowdown.at("low"))
             slow = Projector(self.network.at("low"), self.scaling, self.slowdown.at("high"))
             fast.singles = slow.singles = self.singles
-            fast = fast._project_point(case, strategy, world)
-            slow = slow._project_point(case, strategy, world)
+            fast, slow = point(fast), point(slow)
             p.step_ms_band = [fast.step_ms, slow.step_ms]
             p.samples_per_second_band = [slow.samples_per_second, fast.samples_per_second]
         return p
@@ -377,4 +385,10 @@ def project_file(doc, network, worlds, scaling="weak", strategies=None):
                     if p.scaling_efficiency > 1:
                         p.assumptions.append(over_100_percent(p))
                 out.append(p)
+                if strategy == "tp":  # and its 2-D layouts with data parallelism (mesh.py)
+                    for t in tp_sizes(world, network.devices_per_node):
+                        layout = projector.project_layout(base, world, t)
+                        if layout.status == "projected" and at_one.samples_per_second:
+                            layout.scaling_efficiency = layout.samples_per_second / (world * at_one.samples_per_second)
+                        out.append(layout)
     return out

@@ -109,14 +109,21 @@ def test_a_real_run_of_single_and_tp_is_projected_and_tp_is_a_default_strategy(t
     (tp,) = [c for c in model.measured_cases(doc) if c.strategy == "tp"]
     assert tp.comm_collectives == 3  # mlp: two column-row pairs; the first layer's input needs no gradient
     assert tp.comm_bytes_per_step > 0
-    projected = [p for p in model.project_file(doc, net(), [2, 4, 8], strategies=["tp"])]
+    rows = model.project_file(doc, net(), [2, 4, 8], strategies=["tp"])
+    projected = [p for p in rows if p.strategy == "tp"]
     assert [p.status for p in projected] == ["projected"] * 3
     memory = [p.memory_per_device_bytes for p in projected]
     assert memory[0] > memory[1] > memory[2] > 0
+    # With tp, its 2-D layouts of each world (projection/mesh.py; 8 devices a node).
+    assert [(p.world, p.strategy) for p in rows if p.strategy != "tp"] == [(4, "dp=2,tp=2"), (8, "dp=4,tp=2"),
+                                                                           (8, "dp=2,tp=4")]
     out = subprocess.run([os.path.join(ROOT, "scripts", "ddpbench-project"), str(results), "--world", "2,4",
                           "--strategy", "tp", "--device-memory", "1GiB"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert "mlp/tp" in out.stdout and "fastest that fits in 1 GiB a device: tp" in out.stdout
+    assert "mlp/tp" in out.stdout and "mlp/dp=2,tp=2" in out.stdout
+    assert "mlp at world 2: fastest that fits in 1 GiB a device: tp" in out.stdout
+    (world4,) = [line for line in out.stdout.splitlines() if "mlp at world 4:" in line]
+    assert "dp=2,tp=2" in world4 and "tp (" in world4, world4
 
 
 def test_a_real_sequence_parallel_run_is_read_with_its_collectives_apart_and_projected(tmp_path):
@@ -128,7 +135,7 @@ def test_a_real_sequence_parallel_run_is_read_with_its_collectives_apart_and_pro
     # (the output layer's input, the shares' gradient where the layers begin); 4 all-reduces.
     assert tp.reduce_scatters[0] == 9 and tp.all_gathers[0] == 10 and tp.comm_collectives == 23
     assert tp.reduce_scatters[1] == 9 * 16 * 64 * 128 * 4 and tp.all_gathers[1] == 10 * 16 * 64 * 128 * 4
-    (p,) = model.project_file(doc, net(), [4], strategies=["tp"])
+    (p,) = [p for p in model.project_file(doc, net(), [4], strategies=["tp"]) if p.strategy == "tp"]
     assert p.status == "projected"
     assert any("9 reduce-scatter(s)" in a and "10 all-gather(s)" in a and "4 all-reduce(s)" in a
                for a in p.assumptions), p.assumptions

@@ -1,0 +1,89 @@
+"""2-D layouts projected from a 1-D tp case and single's (ddpbench-project): `dp=D,tp=T` at world
+D x T, torchtitan's layout with tensor parallelism inside a node and data parallelism across them,
+for every T of a world that keeps its tp group inside a node and leaves a dp dimension of 2 or more.
+
+What tensor_parallel.py projects for tp at T is kept for each tp group (the share of compute its
+split divides, its all-reduces over the group at T), and what the dp dimension adds is modelled:
+- the batch: each of the D groups trains on the case's global batch (weak scaling: D times it in
+  all); under strong scaling a mesh is not projected (its per-group batch would need the tp case's
+  collectives re-sized, which they are not yet);
+- the dp all-reduce of the gradients a rank holds (single's gradient bytes at tp's held share) over
+  its dp group: D ranks, one in each of D tp groups, so dp_node = devices_per_node / T of them a
+  node, and the T dp groups of a node run at once, sharing its NICs (each gets 1/T of them);
+- that all-reduce overlaps backward, as ddp's buckets do: only the part longer than the tp group's
+  backward is exposed (an optimistic bound: ddp's last bucket waits for the end of backward);
+- memory per device: tp's at T, plus a second copy of the held gradients in ddp's buckets.
+Not projected yet: fsdp=F,tp=T (fsdp's gathers over the fsdp group), and a tp case that ran on a
+mesh itself (it is refused in tensor_parallel.py).
+"""
+from dataclasses import replace
+
+from projection import collectives, tensor_parallel
+from projection.cases import Projection
+
+
+def tp_sizes(world, devices_per_node):
+    """The tp sizes of `world`'s 2-D layouts: powers of two from 2, a group inside a node, and a dp
+    dimension of 2 or more."""
+    sizes, t = [], 2
+    while t <= devices_per_node and world // t >= 2:
+        if world % t == 0 and devices_per_node % t == 0:
+            sizes.append(t)
+        t *= 2
+    return sizes
+
+
+def layout_name(dp, tp):
+    return f"dp={dp},tp={tp}"
+
+
+def project_dp_tp(projector, case, world, single, t):
+    """`dp=world/t,tp=t` from `case` (1-D tp at t_m >= 2) and `single`: a Projection named by its layout."""
+    d = world // t
+    name = layout_name(d, t)
+    nodes = collectives.nodes_for(world, projector.network.devices_per_node)
+    refused = lambda why: Projection(case.workload, name, world, nodes, "refused", from_case=case.name,  # noqa: E731
+                                     reason=why)
+    if projector.scaling != "weak":
+        return refused("a mesh is projected under weak scaling only (each dp group on the case's global batch)")
+    one_d = tensor_parallel.project_tp(projector, case, t, single)
+    if one_d.status != "projected":
+        return refused(one_d.reason)
+    if not single.memory or not single.memory.get("gradient_bytes"):
+        return refused(f"{single.name} has no gradient bytes in the file (memory by kind): the dp dimension's "
+                       "all-reduce is sized by them")
+    compute_share, parameter_share = tensor_parallel.split_shares(projector, case, single)
+    held = 1 - parameter_share + parameter_share / t
+    gradients = single.memory["gradient_bytes"] * held
+    # The T dp groups of a node: devices_per_node / T ranks of each there, all T at once on its NICs.
+    net = projector.network
+    dp_net = replace(net, devices_per_node=max(1, net.devices_per_node // t), nics_per_node=net.nics_per_node / t)
+    dp = collectives.allreduce(dp_net, gradients, d)
+    contention = projector.relative_contention(single, world)
+    backward = single.phase("backward") * (1 - compute_share + compute_share / t) * contention
+    exposed_dp = max(0.0, dp.seconds - backward)
+    # tp's step at T, its contention then taken at the mesh's world (more ranks a node compute at once).
+    compute = (tensor_parallel._compute(single) * (1 - compute_share + compute_share / t)
+               + single.phase("optimizer") * held) * contention
+    tp_comm = one_d.comm_ms / 1e3
+    step = case.phase("data") + compute + tp_comm + exposed_dp + case.phase("residual")
+    assumptions = [
+        f"{name}: tp over each group of {t} as tp at world {t} projects it ({compute_share:.0%} of {single.name}'s "
+        f"compute split, {tp_comm * 1e3:.3g} ms of all-reduces a step, all exposed); each of the {d} dp groups on "
+        f"the case's global batch of {case.global_batch}",
+        f"{name}: the dp all-reduce of the {gradients / 2**20:.3g} MiB of gradients a rank holds over {d} ranks "
+        f"({dp.algorithm}, {dp.seconds * 1e3:.3g} ms, the {t} dp groups of a node sharing its NICs), overlapped "
+        f"with the group's backward ({backward * 1e3:.3g} ms): {exposed_dp * 1e3:.3g} ms exposed, an optimistic "
+        f"bound"]
+    p = projector.record(case, name, world, step, tp_comm + dp.seconds, tp_comm + exposed_dp,
+                         list(one_d.algorithms) + [dp.algorithm], assumptions)
+    p.samples_per_second = d * case.global_batch / step
+    if one_d.memory_per_device_bytes is not None:
+        p.memory_per_device_bytes = one_d.memory_per_device_bytes + gradients  # ddp's buckets: a second copy
+    return p
+
+
+def project_meshes(projector, case, world, single):
+    """Every 2-D layout of `world` (tp_sizes), each a Projection."""
+    return [project_dp_tp(projector, case, world, single, t)
+            for t in tp_sizes(world, projector.network.devices_per_node)]

@@ -1,0 +1,94 @@
+"""ddpbench-project's 2-D layouts (projection/mesh.py): which tp sizes a world's layouts take; dp=D,tp=T
+from a 1-D tp case and single's, its dp all-reduce over the dp group with the node's NICs shared by
+its T groups and hidden under backward up to backward's length; refusals; and the layouts ranked
+beside the 1-D strategies under --device-memory."""
+import pytest
+
+from build_paths import BUILD, ROOT  # noqa: F401
+from projection import answers, collectives, mesh, model, network, tensor_parallel  # noqa: E402
+
+GBPS, US, MS, MIB = 1e9, 1e-6, 1e-3, 2 ** 20
+
+
+def net(devices_per_node=8, nics=8):
+    return network.Network(name="test", devices_per_node=devices_per_node, nics_per_node=nics,
+                           intra=network.Link(100 * GBPS, 2 * US), inter=network.Link(10 * GBPS, 10 * US))
+
+
+def case(strategy, world, forward_ms, backward_ms, optimizer_ms=1.0, comm_ms=0.0, params=1000.0, other=50.0,
+         collectives_a_step=None, comm_bytes=None):
+    phases = {"forward": forward_ms * MS, "backward": backward_ms * MS, "optimizer": optimizer_ms * MS,
+              "data": 0.5 * MS, "residual": 0.1 * MS}
+    if comm_ms:
+        phases["comm_exposed"] = comm_ms * MS
+    return model.MeasuredCase(name=f"w/{strategy}/world:{world}", workload="w", strategy=strategy, world=world,
+                              global_batch=32, phases=phases, gradient_bytes=None, buckets=None,
+                              step_s=sum(phases.values()), comm_bytes_per_step=comm_bytes,
+                              comm_collectives=collectives_a_step,
+                              memory={"parameter_bytes": params, "gradient_bytes": params,
+                                      "optimizer_state_bytes": 2 * params, "other_bytes": other})
+
+
+@pytest.mark.parametrize("world, devices_per_node, sizes", [
+    (8, 8, [2, 4]), (64, 8, [2, 4, 8]), (4, 8, [2]), (2, 8, []), (12, 4, [2, 4]), (16, 2, [2]), (6, 8, [2])])
+def test_a_worlds_layouts_keep_tp_in_a_node_and_leave_a_dp_dimension(world, devices_per_node, sizes):
+    assert mesh.tp_sizes(world, devices_per_node) == sizes
+
+
+@pytest.mark.parametrize("backward_ms, params", [(6.0, 1000.0), (0.001, 4e9)])
+def test_a_layout_is_tp_at_its_size_plus_the_dp_all_reduce_past_backward(backward_ms, params):
+    # 8 ranks a node, world 16: dp=4,tp=4 puts 2 ranks of each dp group on a node, and a node's 4 dp
+    # groups share its 8 NICs. The second case's gradients (4 GB) outlast a backward of 1 us.
+    single = case("single", 1, 4.0, backward_ms, optimizer_ms=2.0, params=params)
+    tp = case("tp", 2, 2.4, backward_ms * 0.6, comm_ms=5.0, params=params * 0.6, collectives_a_step=4,
+              comm_bytes=4 * MIB)
+    projector = model.Projector(net())
+    projector.singles["w"] = single
+    p = mesh.project_dp_tp(projector, tp, 16, single, 4)
+    assert p.status == "projected" and p.strategy == "dp=4,tp=4" and p.world == 16 and p.nodes == 2
+    s, share = tensor_parallel.split_shares(projector, tp, single)
+    held = 1 - share + share / 4
+    one_d = tensor_parallel.project_tp(projector, tp, 4, single)
+    dp = collectives.allreduce(net(devices_per_node=2, nics=2), params * held, 4)
+    compute = (4.0 + backward_ms) * MS * (1 - s + s / 4) + 2 * MS * held
+    exposed = max(0.0, dp.seconds - backward_ms * MS * (1 - s + s / 4))
+    assert p.step_ms == pytest.approx((0.5 * MS + compute + one_d.comm_ms / 1e3 + exposed + 0.1 * MS) * 1e3)
+    assert p.exposed_comm_ms == pytest.approx(one_d.comm_ms + exposed * 1e3)
+    assert p.comm_ms == pytest.approx(one_d.comm_ms + dp.seconds * 1e3)
+    assert p.samples_per_second == pytest.approx(4 * 32 / (p.step_ms / 1e3))  # 4 groups, each the case's batch
+    assert p.memory_per_device_bytes == pytest.approx(one_d.memory_per_device_bytes + params * held)
+    if params > 1e9:
+        assert exposed > 0, "4 GB of gradients cannot hide under a backward of 1 us"
+    else:
+        assert exposed == 0
+
+
+def test_a_layout_is_refused_under_strong_scaling_and_without_singles_gradient_bytes():
+    single = case("single", 1, 4.0, 6.0)
+    tp = case("tp", 2, 2.4, 3.6, comm_ms=5.0, params=600.0, collectives_a_step=4, comm_bytes=4 * MIB)
+    strong = model.Projector(net(), scaling="strong")
+    strong.singles["w"] = single
+    p = mesh.project_dp_tp(strong, tp, 16, single, 4)
+    assert p.status == "refused" and "weak scaling" in p.reason
+    single.memory = None
+    weak = model.Projector(net())
+    weak.singles["w"] = single
+    p = mesh.project_dp_tp(weak, tp, 16, single, 4)
+    assert p.status == "refused" and "gradient bytes" in p.reason
+
+
+def test_the_layouts_are_projected_with_tp_and_ranked_beside_it_under_device_memory():
+    # Gradients small enough to hide: every layout beats 1-D tp's throughput at world 16 (tp at 16
+    # trains one batch of 32 where dp=8,tp=2 trains eight), and each layout fits 1 MiB.
+    doc_cases = [case("single", 1, 4.0, 6.0), case("tp", 2, 2.4, 3.6, comm_ms=5.0, params=600.0,
+                                                   collectives_a_step=4, comm_bytes=4 * MIB)]
+    projector = model.Projector(net())
+    projector.singles["w"] = doc_cases[0]
+    tp = doc_cases[1]
+    rows = [projector.project(tp, "tp", 16)] + [projector.project_layout(tp, 16, t) for t in mesh.tp_sizes(16, 8)]
+    assert [r.strategy for r in rows] == ["tp", "dp=8,tp=2", "dp=4,tp=4", "dp=2,tp=8"]
+    assert all(r.status == "projected" and r.samples_per_second_band for r in rows)
+    assert all(r.samples_per_second > rows[0].samples_per_second for r in rows[1:])
+    (line,) = answers.fit_answers(rows, MIB)
+    assert line.startswith("w at world 16: fastest that fits in 1 MiB a device: dp=8,tp=2"), line
+    assert "dp=4,tp=4" in line and "dp=2,tp=8" in line and "tp (" in line
