@@ -4,30 +4,8 @@ its T groups and hidden under backward up to backward's length; refusals; and th
 beside the 1-D strategies under --device-memory."""
 import pytest
 
-from build_paths import BUILD, ROOT  # noqa: F401
-from projection import answers, collectives, mesh, model, network, tensor_parallel  # noqa: E402
-
-GBPS, US, MS, MIB = 1e9, 1e-6, 1e-3, 2 ** 20
-
-
-def net(devices_per_node=8, nics=8):
-    return network.Network(name="test", devices_per_node=devices_per_node, nics_per_node=nics,
-                           intra=network.Link(100 * GBPS, 2 * US), inter=network.Link(10 * GBPS, 10 * US))
-
-
-def case(strategy, world, forward_ms, backward_ms, optimizer_ms=1.0, comm_ms=0.0, params=1000.0, other=50.0,
-         collectives_a_step=None, comm_bytes=None):
-    phases = {"forward": forward_ms * MS, "backward": backward_ms * MS, "optimizer": optimizer_ms * MS,
-              "data": 0.5 * MS, "residual": 0.1 * MS}
-    if comm_ms:
-        phases["comm_exposed"] = comm_ms * MS
-    return model.MeasuredCase(name=f"w/{strategy}/world:{world}", workload="w", strategy=strategy, world=world,
-                              global_batch=32, phases=phases, gradient_bytes=None, buckets=None,
-                              step_s=sum(phases.values()), comm_bytes_per_step=comm_bytes,
-                              comm_collectives=collectives_a_step,
-                              memory={"parameter_bytes": params, "gradient_bytes": params,
-                                      "optimizer_state_bytes": 2 * params, "other_bytes": other})
-
+from projection import answers, collectives, mesh, model, tensor_parallel  # noqa: E402
+from tp_cases import MIB, MS, case, net  # noqa: E402
 
 @pytest.mark.parametrize("world, devices_per_node, sizes", [
     (8, 8, [2, 4]), (64, 8, [2, 4, 8]), (4, 8, [2]), (2, 8, []), (12, 4, [2, 4]), (16, 2, [2]), (6, 8, [2])])
@@ -42,7 +20,7 @@ def test_a_layout_is_tp_at_its_size_plus_the_dp_all_reduce_past_backward(backwar
     single = case("single", 1, 4.0, backward_ms, optimizer_ms=2.0, params=params)
     tp = case("tp", 2, 2.4, backward_ms * 0.6, comm_ms=5.0, params=params * 0.6, collectives_a_step=4,
               comm_bytes=4 * MIB)
-    projector = model.Projector(net())
+    projector = model.Projector(net(nics=8))
     projector.singles["w"] = single
     p = mesh.project_dp_tp(projector, tp, 16, single, 4)
     assert p.status == "projected" and p.strategy == "dp=4,tp=4" and p.world == 16 and p.nodes == 2
