@@ -11,10 +11,11 @@ hogwild (one node), zero1, zero2 and fsdp where the file measured them (reduce-s
 all-gather costs), and pp where it measured it (its chain cut again for each world's stages from
 the case's own unit times, the schedule's fill and drain, the hops between stages), and tp where it
 measured it beside single (the share of compute its split divides, its all-reduces over the group)
-and with it every 2-D layout dp=D,tp=T of each world (tp inside a node, ddp's all-reduce across),
+and with it every 2-D layout dp=D,tp=T and fsdp=D,tp=T of each world (tp inside a node, ddp's
+all-reduce or fsdp's gathers across),
 with the memory per device of ddp, the sharded three (ZeRO's formulas plus the measured rest), pp
 (its largest stage plus stage 0's activations), tp (its share of the parameters plus the
-measured rest) and the layouts (tp's, plus ddp's copy of the gradients a rank holds), and every assumption printed next to the numbers. --device-memory answers, at
+measured rest) and the layouts (tp's, plus ddp's copy of the gradients, or fsdp's shares), and every assumption printed next to the numbers. --device-memory answers, at
 each world size, which of them fit in that much a device and which of those is fastest. FILE is a network
 description, ddpbench-micro's JSON or nccl-tests' all_reduce_perf output (alpha and bandwidth
 fitted). RUN.json, a ddpbench run of ddp, zero1 or zero2 across two nodes or more of the target

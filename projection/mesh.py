@@ -1,6 +1,7 @@
-"""2-D layouts projected from a 1-D tp case and single's (ddpbench-project): `dp=D,tp=T` at world
-D x T, torchtitan's layout with tensor parallelism inside a node and data parallelism across them,
-for every T of a world that keeps its tp group inside a node and leaves a dp dimension of 2 or more.
+"""2-D layouts projected from a 1-D tp case and single's (ddpbench-project): `dp=D,tp=T` and
+`fsdp=D,tp=T` at world D x T, torchtitan's layouts with tensor parallelism inside a node and data
+parallelism across them, for every T of a world that keeps its tp group inside a node and leaves a
+data-parallel dimension of 2 or more.
 
 What tensor_parallel.py projects for tp at T is kept for each tp group (the share of compute its
 split divides, its all-reduces over the group at T), and what the dp dimension adds is modelled:
@@ -13,8 +14,14 @@ split divides, its all-reduces over the group at T), and what the dp dimension a
 - that all-reduce overlaps backward, as ddp's buckets do: only the part longer than the tp group's
   backward is exposed (an optimistic bound: ddp's last bucket waits for the end of backward);
 - memory per device: tp's at T, plus a second copy of the held gradients in ddp's buckets.
-Not projected yet: fsdp=F,tp=T (fsdp's gathers over the fsdp group), and a tp case that ran on a
-mesh itself (it is refused in tensor_parallel.py).
+On fsdp=D,tp=T the fsdp dimension instead all-gathers what a rank holds twice a step (forward, and
+again for backward: units resharded after forward, the default) and reduce-scatters its gradients,
+over the same D ranks with the same shares of the NICs; those collectives overlap the group's
+compute (prefetched gathers, reduce-scatters behind backward) and only what outlasts it is exposed,
+again an optimistic bound. Memory per device: tp's parameters, gradients and optimizer state at
+1/D, plus all of a rank's held parameters gathered at once (an upper bound: fsdp gathers a unit or
+two at a time, and a tp case does not say its units), plus tp's measured rest.
+Not projected: a tp case that ran on a mesh itself (it is refused in tensor_parallel.py).
 """
 from dataclasses import replace
 
@@ -33,14 +40,18 @@ def tp_sizes(world, devices_per_node):
     return sizes
 
 
-def layout_name(dp, tp):
-    return f"dp={dp},tp={tp}"
+KINDS = ("dp", "fsdp")
 
 
-def project_dp_tp(projector, case, world, single, t):
-    """`dp=world/t,tp=t` from `case` (1-D tp at t_m >= 2) and `single`: a Projection named by its layout."""
+def layout_name(kind, size, tp):
+    return f"{kind}={size},tp={tp}"
+
+
+def project_dp_tp(projector, case, world, single, t, kind="dp"):
+    """`dp=world/t,tp=t` (or fsdp=..., `kind`) from `case` (1-D tp at t_m >= 2) and `single`: a
+    Projection named by its layout."""
     d = world // t
-    name = layout_name(d, t)
+    name = layout_name(kind, d, t)
     nodes = collectives.nodes_for(world, projector.network.devices_per_node)
     refused = lambda why: Projection(case.workload, name, world, nodes, "refused", from_case=case.name,  # noqa: E731
                                      reason=why)
@@ -55,35 +66,50 @@ def project_dp_tp(projector, case, world, single, t):
     compute_share, parameter_share = tensor_parallel.split_shares(projector, case, single)
     held = 1 - parameter_share + parameter_share / t
     gradients = single.memory["gradient_bytes"] * held
-    # The T dp groups of a node: devices_per_node / T ranks of each there, all T at once on its NICs.
+    # The T data-parallel groups of a node: devices_per_node / T ranks of each there, all T at once on
+    # its NICs.
     net = projector.network
     dp_net = replace(net, devices_per_node=max(1, net.devices_per_node // t), nics_per_node=net.nics_per_node / t)
-    dp = collectives.allreduce(dp_net, gradients, d)
     contention = projector.relative_contention(single, world)
     backward = single.phase("backward") * (1 - compute_share + compute_share / t) * contention
-    exposed_dp = max(0.0, dp.seconds - backward)
     # tp's step at T, its contention then taken at the mesh's world (more ranks a node compute at once).
     compute = (tensor_parallel._compute(single) * (1 - compute_share + compute_share / t)
-               + single.phase("optimizer") * held) * contention
+               + single.phase("optimizer") * held / (d if kind == "fsdp" else 1)) * contention
     tp_comm = one_d.comm_ms / 1e3
-    step = case.phase("data") + compute + tp_comm + exposed_dp + case.phase("residual")
+    if kind == "fsdp":
+        parameters = single.memory.get("parameter_bytes", single.memory["gradient_bytes"]) * held
+        gather = collectives.all_gather(dp_net, parameters, d)
+        scatter = collectives.reduce_scatter(dp_net, gradients, d)
+        data_parallel_s, algorithms = 2 * gather.seconds + scatter.seconds, [gather.algorithm, scatter.algorithm]
+        hidden_under = compute
+        what = (f"two all-gathers of the {parameters / 2**20:.3g} MiB of parameters a rank holds and a "
+                f"reduce-scatter of its gradients over {d} ranks ({data_parallel_s * 1e3:.3g} ms, the {t} fsdp groups "
+                f"of a node sharing its NICs), overlapped with the group's compute ({compute * 1e3:.3g} ms)")
+    else:
+        allreduce = collectives.allreduce(dp_net, gradients, d)
+        data_parallel_s, algorithms = allreduce.seconds, [allreduce.algorithm]
+        hidden_under = backward
+        what = (f"the dp all-reduce of the {gradients / 2**20:.3g} MiB of gradients a rank holds over {d} ranks "
+                f"({allreduce.algorithm}, {allreduce.seconds * 1e3:.3g} ms, the {t} dp groups of a node sharing its "
+                f"NICs), overlapped with the group's backward ({backward * 1e3:.3g} ms)")
+    exposed = max(0.0, data_parallel_s - hidden_under)
+    step = case.phase("data") + compute + tp_comm + exposed + case.phase("residual")
     assumptions = [
         f"{name}: tp over each group of {t} as tp at world {t} projects it ({compute_share:.0%} of {single.name}'s "
-        f"compute split, {tp_comm * 1e3:.3g} ms of all-reduces a step, all exposed); each of the {d} dp groups on "
-        f"the case's global batch of {case.global_batch}",
-        f"{name}: the dp all-reduce of the {gradients / 2**20:.3g} MiB of gradients a rank holds over {d} ranks "
-        f"({dp.algorithm}, {dp.seconds * 1e3:.3g} ms, the {t} dp groups of a node sharing its NICs), overlapped "
-        f"with the group's backward ({backward * 1e3:.3g} ms): {exposed_dp * 1e3:.3g} ms exposed, an optimistic "
-        f"bound"]
-    p = projector.record(case, name, world, step, tp_comm + dp.seconds, tp_comm + exposed_dp,
-                         list(one_d.algorithms) + [dp.algorithm], assumptions)
+        f"compute split, {tp_comm * 1e3:.3g} ms of all-reduces a step, all exposed); each of the {d} {kind} groups "
+        f"on the case's global batch of {case.global_batch}",
+        f"{name}: {what}: {exposed * 1e3:.3g} ms exposed, an optimistic bound"]
+    p = projector.record(case, name, world, step, tp_comm + data_parallel_s, tp_comm + exposed,
+                         list(one_d.algorithms) + algorithms, assumptions)
     p.samples_per_second = d * case.global_batch / step
     if one_d.memory_per_device_bytes is not None:
-        p.memory_per_device_bytes = one_d.memory_per_device_bytes + gradients  # ddp's buckets: a second copy
+        if kind == "fsdp":
+            kinds = ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes")
+            model_bytes = sum(single.memory[k] for k in kinds) * held
+            rest = one_d.memory_per_device_bytes - model_bytes  # tp's measured rest (activations, buffers)
+            p.memory_per_device_bytes = model_bytes / d + parameters + rest
+            p.assumptions.append(f"{name} memory: tp's parameters, gradients and optimizer state at 1/{d}, all of a "
+                                 "rank's parameters gathered at once (an upper bound) and tp's measured rest")
+        else:
+            p.memory_per_device_bytes = one_d.memory_per_device_bytes + gradients  # ddp's buckets: a second copy
     return p
-
-
-def project_meshes(projector, case, world, single):
-    """Every 2-D layout of `world` (tp_sizes), each a Projection."""
-    return [project_dp_tp(projector, case, world, single, t)
-            for t in tp_sizes(world, projector.network.devices_per_node)]

@@ -36,7 +36,7 @@ What is measured is kept and only what changes is modelled:
 from projection import collectives, timelines
 from projection.cases import Bucket, MeasuredCase, Projection, ProjectionError, measured_cases  # noqa: F401
 from projection.memory import SHARDS, memory_assumption, memory_per_device, whole_model_bytes
-from projection.mesh import project_dp_tp, tp_sizes
+from projection.mesh import KINDS as LAYOUT_KINDS, project_dp_tp, tp_sizes
 from projection.pipeline import project_pp
 from projection.tensor_parallel import project_tp
 from projection.slowdown import Slowdown, fit as fit_slowdown
@@ -303,10 +303,11 @@ class Projector:
     def project(self, case, strategy, world):
         return self._with_band(lambda projector: projector._project_point(case, strategy, world))
 
-    def project_layout(self, case, world, tp_size):
-        """The 2-D layout dp=world/tp_size,tp=tp_size from a 1-D tp case (mesh.py), with its band."""
+    def project_layout(self, case, world, tp_size, kind="dp"):
+        """The 2-D layout dp=world/tp_size,tp=tp_size (or fsdp=..., `kind`) from a 1-D tp case (mesh.py),
+        with its band."""
         return self._with_band(lambda projector: project_dp_tp(projector, case, world,
-                                                               projector.singles.get(case.workload), tp_size))
+                                                               projector.singles.get(case.workload), tp_size, kind))
 
     def _with_band(self, point):
         """point(self), and its band: the same projection with every link at the high end of its
@@ -386,8 +387,8 @@ def project_file(doc, network, worlds, scaling="weak", strategies=None):
                         p.assumptions.append(over_100_percent(p))
                 out.append(p)
                 if strategy == "tp":  # and its 2-D layouts with data parallelism (mesh.py)
-                    for t in tp_sizes(world, network.devices_per_node):
-                        layout = projector.project_layout(base, world, t)
+                    for t, kind in ((t, k) for t in tp_sizes(world, network.devices_per_node) for k in LAYOUT_KINDS):
+                        layout = projector.project_layout(base, world, t, kind)
                         if layout.status == "projected" and at_one.samples_per_second:
                             layout.scaling_efficiency = layout.samples_per_second / (world * at_one.samples_per_second)
                         out.append(layout)

@@ -93,8 +93,8 @@ def test_a_real_run_of_single_and_tp_is_projected_and_tp_is_a_default_strategy(t
     memory = [p.memory_per_device_bytes for p in projected]
     assert memory[0] > memory[1] > memory[2] > 0
     # With tp, its 2-D layouts of each world (projection/mesh.py; 8 devices a node).
-    assert [(p.world, p.strategy) for p in rows if p.strategy != "tp"] == [(4, "dp=2,tp=2"), (8, "dp=4,tp=2"),
-                                                                           (8, "dp=2,tp=4")]
+    assert [(p.world, p.strategy) for p in rows if p.strategy != "tp"] == [
+        (4, "dp=2,tp=2"), (4, "fsdp=2,tp=2"), (8, "dp=4,tp=2"), (8, "fsdp=4,tp=2"), (8, "dp=2,tp=4"), (8, "fsdp=2,tp=4")]
     out = subprocess.run([os.path.join(ROOT, "scripts", "ddpbench-project"), str(results), "--world", "2,4",
                           "--strategy", "tp", "--device-memory", "1GiB"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
