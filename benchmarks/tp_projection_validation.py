@@ -10,8 +10,14 @@ with this machine's cores as its compute slots. A case's error is the median ove
 round's error (the base and the measured runs of a round back to back: this VM drifts between
 minutes). --sequence-parallel runs and projects tp with it.
 
+With --mesh dp (or fsdp) the targets are 2-D layouts instead (projection/mesh.py): at each world W
+of --worlds, `dp=W/T,tp=T` with T the base's --from-world, projected from the base and measured
+as `tp --mesh dp=W/T,tp=T` with W/T times the base's global batch (each dp group on the base's
+batch, as the projection's weak scaling has it).
+
     /usr/bin/python3 benchmarks/tp_projection_validation.py OUT_DIR [--workload mlp] [--from-world 2]
-        [--worlds 2,4] [--steps 20] [--repetitions 3] [--rounds 3] [--sequence-parallel] [--build build]
+        [--worlds 2,4] [--steps 20] [--repetitions 3] [--rounds 3] [--sequence-parallel]
+        [--mesh dp|fsdp] [--build build]
 
 Writes OUT_DIR/validation.json and OUT_DIR/validation.md, and keeps every results file it read.
 """
@@ -29,17 +35,20 @@ from reports import results, stats  # noqa: E402
 def main():
     p = resize_parser(__doc__, "2,4")
     p.add_argument("--sequence-parallel", action="store_true")
+    p.add_argument("--mesh", choices=["dp", "fsdp"], help="project and measure 2-D layouts of this kind and tp")
     args = p.parse_args()
     worlds = [int(w) for w in args.worlds.split(",")]
+    if args.mesh and any(w % args.from_world or w // args.from_world < 2 for w in worlds):
+        p.error(f"--worlds: with --mesh each must be 2 or more times --from-world {args.from_world}")
     os.makedirs(args.out, exist_ok=True)
     exe = os.path.join(args.build, "ddpbench")
     flags = ["--sequence-parallel"] if args.sequence_parallel else []
 
     loopback = loopback_network(args.build, args.out, max(worlds + [args.from_world]))
 
-    def measure(strategies, world, round_, role):
+    def measure(strategies, world, round_, role, extra=()):
         path = os.path.join(args.out, f"{args.workload}-tp-{role}-world{world}-round{round_}.json")
-        run([exe, "--strategy", strategies, "--world-size", str(world), *flags, "--workload", args.workload,
+        run([exe, "--strategy", strategies, "--world-size", str(world), *flags, *extra, "--workload", args.workload,
              "--device", "cpu", "--threads", "1", "--steps", str(args.steps), "--warmup", "5",
              "--repetitions", str(args.repetitions), "--parity-steps", "0", "--json", path])
         return path
@@ -53,10 +62,16 @@ def main():
         projector = model.Projector(loopback, "weak")
         projector.singles[args.workload] = single
         for world in worlds:
-            projected = projector.project(base, "tp", world)
+            extra = ()
+            if args.mesh:
+                d = world // args.from_world
+                projected = projector.project_layout(base, world, args.from_world, args.mesh)
+                extra = ("--mesh", f"{args.mesh}={d},tp={args.from_world}", "--batch", str(d * base.global_batch))
+            else:
+                projected = projector.project(base, "tp", world)
             if projected.status != "projected":
                 raise SystemExit(f"tp_projection_validation: {args.from_world} -> {world}: {projected.reason}")
-            _, measured = median_case(measure("tp", world, round_, "measured"), "tp")
+            _, measured = median_case(measure("tp", world, round_, "measured", extra), "tp")
             s = samples.setdefault(world, {"predicted_ms": [], "measured_ms": [], "errors": [],
                                            "exposed_predicted_ms": [], "exposed_measured_ms": []})
             s["predicted_ms"].append(projected.step_ms)
@@ -64,7 +79,7 @@ def main():
             s["errors"].append(projected.step_ms / measured["real_time"] - 1)
             s["exposed_predicted_ms"].append(projected.exposed_comm_ms)
             s["exposed_measured_ms"].append(measured["ddpbench"]["phases_ms"].get("comm_exposed", 0.0))
-            print(f"round {round_} {args.workload}/tp {args.from_world} -> {world}: predicted "
+            print(f"round {round_} {args.workload}/tp {args.from_world} -> {projected.strategy} {world}: predicted "
                   f"{projected.step_ms:.2f} ms, measured {measured['real_time']:.2f} ms, "
                   f"error {s['errors'][-1] * 100:+.1f}%", flush=True)
 
@@ -74,7 +89,7 @@ def main():
              "exposed_predicted_ms": stats.median(s["exposed_predicted_ms"]),
              "exposed_measured_ms": stats.median(s["exposed_measured_ms"])}
             for world, s in samples.items()]
-    mode = " --sequence-parallel" if args.sequence_parallel else ""
+    mode = (" --sequence-parallel" if args.sequence_parallel else "") + (f" to {args.mesh}=W/T,tp=T" if args.mesh else "")
     write_validation(args, loopback, rows,
                      ["from", "to", "error (median of rounds)", "by round", "predicted / measured ms (medians)",
                       "communication predicted / measured, ms"],

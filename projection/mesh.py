@@ -12,7 +12,9 @@ split divides, its all-reduces over the group at T), and what the dp dimension a
   its dp group: D ranks, one in each of D tp groups, so dp_node = devices_per_node / T of them a
   node, and the T dp groups of a node run at once, sharing its NICs (each gets 1/T of them);
 - that all-reduce overlaps backward, as ddp's buckets do: only the part longer than the tp group's
-  backward is exposed (an optimistic bound: ddp's last bucket waits for the end of backward);
+  backward is exposed (an optimistic bound: ddp's last bucket waits for the end of backward), except
+  on a network whose transport runs on the compute cores (Gloo over a host's loopback), where it is
+  all exposed and slowed as tp's collectives are;
 - memory per device: tp's at T, plus a second copy of the held gradients in ddp's buckets.
 On fsdp=D,tp=T the fsdp dimension instead all-gathers what a rank holds twice a step (forward, and
 again for backward: units resharded after forward, the default) and reduce-scatters its gradients,
@@ -92,6 +94,12 @@ def project_dp_tp(projector, case, world, single, t, kind="dp"):
         what = (f"the dp all-reduce of the {gradients / 2**20:.3g} MiB of gradients a rank holds over {d} ranks "
                 f"({allreduce.algorithm}, {allreduce.seconds * 1e3:.3g} ms, the {t} dp groups of a node sharing its "
                 f"NICs), overlapped with the group's backward ({backward * 1e3:.3g} ms)")
+    # Slowed as tp's collectives are where the node's cores carry them (Gloo over loopback), and
+    # then not hidden at all: the cores that would compute are the ones copying the bytes.
+    data_parallel_s *= projector.comm_scale(single, world)
+    if net.transport_on_compute_cores:
+        hidden_under = 0.0
+        what += ", which cannot hide it: this network's transport runs on the cores that compute"
     exposed = max(0.0, data_parallel_s - hidden_under)
     step = case.phase("data") + compute + tp_comm + exposed + case.phase("residual")
     assumptions = [

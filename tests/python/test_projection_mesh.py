@@ -3,6 +3,8 @@ from a 1-D tp case and single's, its dp all-reduce over the dp group with the no
 its T groups and hidden under backward up to backward's length; fsdp=D,tp=T's gathers and
 reduce-scatter hidden under compute, and its memory; refusals; and the layouts ranked beside the
 1-D strategies under --device-memory."""
+from dataclasses import replace
+
 import pytest
 
 from projection import answers, collectives, mesh, model, tensor_parallel  # noqa: E402
@@ -108,3 +110,20 @@ def test_the_layouts_are_projected_with_tp_and_ranked_beside_it_under_device_mem
     fit, over = line.split("; do not fit: ")
     assert "fsdp=8,tp=2" in fit and "fsdp=4,tp=4" in fit
     assert all(name in over for name in ("dp=8,tp=2", "dp=4,tp=4", "dp=2,tp=8")), line
+
+
+@pytest.mark.parametrize("kind", mesh.KINDS)
+def test_where_the_cores_carry_the_transport_nothing_hides_under_compute(kind):
+    # Gloo over a host's loopback: the bytes are copied by the cores that would compute, so the
+    # data-parallel collectives are all exposed (and slowed as tp's are), however long compute is.
+    single = case("single", 1, 4.0, 600.0, optimizer_ms=2.0)
+    tp = case("tp", 2, 2.4, 360.0, comm_ms=5.0, params=600.0, collectives_a_step=4, comm_bytes=4 * MIB)
+    on_cores = model.Projector(replace(net(nics=8), transport_on_compute_cores=True))
+    on_cores.singles["w"] = single
+    p = mesh.project_dp_tp(on_cores, tp, 16, single, 4, kind)
+    assert p.status == "projected" and p.exposed_comm_ms == pytest.approx(p.comm_ms)
+    assert any("cannot hide it" in a for a in p.assumptions), p.assumptions
+    apart = model.Projector(net(nics=8))
+    apart.singles["w"] = single
+    q = mesh.project_dp_tp(apart, tp, 16, single, 4, kind)
+    assert q.exposed_comm_ms < q.comm_ms  # 600 ms of backward hides a 1 KiB collective elsewhere
