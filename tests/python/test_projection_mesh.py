@@ -16,15 +16,22 @@ def test_a_worlds_layouts_keep_tp_in_a_node_and_leave_a_dp_dimension(world, devi
     assert mesh.tp_sizes(world, devices_per_node) == sizes
 
 
-@pytest.mark.parametrize("backward_ms, params", [(6.0, 1000.0), (0.001, 4e9)])
-def test_a_layout_is_tp_at_its_size_plus_the_dp_all_reduce_past_backward(backward_ms, params):
-    # 8 ranks a node, world 16: dp=4,tp=4 puts 2 ranks of each dp group on a node, and a node's 4 dp
-    # groups share its 8 NICs. The second case's gradients (4 GB) outlast a backward of 1 us.
+def single_tp_and_projector(backward_ms, params):
+    """single and a tp case at world 2 splitting 80% of it, with a projector onto 8 ranks a node and
+    8 NICs, for the layouts' formula tests."""
     single = case("single", 1, 4.0, backward_ms, optimizer_ms=2.0, params=params)
     tp = case("tp", 2, 2.4, backward_ms * 0.6, comm_ms=5.0, params=params * 0.6, collectives_a_step=4,
               comm_bytes=4 * MIB)
     projector = model.Projector(net(nics=8))
     projector.singles["w"] = single
+    return single, tp, projector
+
+
+@pytest.mark.parametrize("backward_ms, params", [(6.0, 1000.0), (0.001, 4e9)])
+def test_a_layout_is_tp_at_its_size_plus_the_dp_all_reduce_past_backward(backward_ms, params):
+    # 8 ranks a node, world 16: dp=4,tp=4 puts 2 ranks of each dp group on a node, and a node's 4 dp
+    # groups share its 8 NICs. The second case's gradients (4 GB) outlast a backward of 1 us.
+    single, tp, projector = single_tp_and_projector(backward_ms, params)
     p = mesh.project_dp_tp(projector, tp, 16, single, 4)
     assert p.status == "projected" and p.strategy == "dp=4,tp=4" and p.world == 16 and p.nodes == 2
     s, share = tensor_parallel.split_shares(projector, tp, single)
@@ -46,11 +53,7 @@ def test_a_layout_is_tp_at_its_size_plus_the_dp_all_reduce_past_backward(backwar
 
 @pytest.mark.parametrize("backward_ms, params", [(6.0, 1000.0), (0.001, 4e9)])
 def test_an_fsdp_layout_gathers_twice_and_reduce_scatters_past_the_groups_compute(backward_ms, params):
-    single = case("single", 1, 4.0, backward_ms, optimizer_ms=2.0, params=params)
-    tp = case("tp", 2, 2.4, backward_ms * 0.6, comm_ms=5.0, params=params * 0.6, collectives_a_step=4,
-              comm_bytes=4 * MIB)
-    projector = model.Projector(net(nics=8))
-    projector.singles["w"] = single
+    single, tp, projector = single_tp_and_projector(backward_ms, params)
     p = mesh.project_dp_tp(projector, tp, 16, single, 4, kind="fsdp")
     assert p.status == "projected" and p.strategy == "fsdp=4,tp=4"
     s, share = tensor_parallel.split_shares(projector, tp, single)
