@@ -70,7 +70,9 @@ def test_the_stopping_rule_looks_at_5_10_20_rounds_stops_when_decided_or_out_of_
 
 
 def test_a_a_never_says_regression_and_leaves_a_pair_compare_reads_again(tmp_path):
-    r = run_ab(tmp_path, "--max-rounds", "3")
+    # at 99.9%: an A/A pair run beside other tests (pytest -n 2 on 2 cores) can drift one way for a
+    # few rounds, and at the default 95% this test would fail by design in 1 CI run of 20 or more
+    r = run_ab(tmp_path, "--max-rounds", "3", "--confidence", "0.999")
     assert r.returncode in (0, 3), r.stdout + r.stderr
     assert "REGRESSION" not in r.stdout
     assert "paired over 3 interleaved rounds" in r.stdout
@@ -82,15 +84,15 @@ def test_a_a_never_says_regression_and_leaves_a_pair_compare_reads_again(tmp_pat
         assert [b["repetition_index"] for b in iterations] == [0, 1, 2]
         assert doc["context"]["ddpbench_ab"]["rounds"] == 3
     # ddpbench-compare --paired on the files it left, at the confidence of its one look (3 rounds
-    # at most: one look, which keeps the whole 95%), gives the same answer
-    assert ab.look_confidence(0.95, 3) == pytest.approx(0.95)
-    again = subprocess.run([os.path.join(ROOT, "scripts", "ddpbench-compare"), "--paired", "--confidence", "0.95",
+    # at most: one look, which keeps the whole 99.9%), gives the same answer
+    assert ab.look_confidence(0.999, 3) == pytest.approx(0.999)
+    again = subprocess.run([os.path.join(ROOT, "scripts", "ddpbench-compare"), "--paired", "--confidence", "0.999",
                             str(tmp_path / "baseline.json"), str(tmp_path / "current.json")],
                            capture_output=True, text=True)
     assert again.returncode == r.returncode, again.stdout + again.stderr
-    # one case with per-step times: two intervals (quartile and mean) share the look's 95%, which
-    # leaves each at 95% (each errs above the truth 2.5% of the time)
-    assert "95% interval" in again.stdout and "95% interval" in r.stdout
+    # one case with per-step times: two intervals (quartile and mean) share the look's 99.9%, which
+    # leaves each at 99.9% (each errs above the truth 0.05% of the time)
+    assert "99.9% interval" in again.stdout and "99.9% interval" in r.stdout
 
 
 def test_a_slowdown_injected_on_one_side_is_a_regression_found_at_an_early_look(tmp_path):
@@ -213,7 +215,9 @@ def expect_run_failed(r, says):
 def test_a_failing_build_is_never_judged_by_an_earlier_runs_files(tmp_path):
     out = tmp_path / "ab"
     first = run_ab(out, "--max-rounds", "2")
-    assert first.returncode in (0, 3), first.stdout + first.stderr
+    # any verdict (an A/A pair of two rounds under a parallel test's load can be called slower: CI
+    # saw +12.3% on both rounds once): this test is about the files, not the verdict
+    assert first.returncode in (0, 1, 3), first.stdout + first.stderr
     assert (out / "rounds" / "current-0-single.json").exists() and (out / "current.json").exists()
     # The same --out with a current build that exits 1 and writes nothing: the earlier round's file
     # at the same path must not be read as this run's.
