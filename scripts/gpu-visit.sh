@@ -12,6 +12,8 @@
 #                        tool with timeout_s 595; the whole CTest needs some 400 s on 10 cores there,
 #                        where 354 s ran 286 of its 353 tests on 2026-11-27)
 #   GPU_VISIT_STEPS      which of: env build measure ctest report (default: all of them); also
+#                        build-tests: the tests binary built beside the measurements, CTest not run
+#                        (a short visit whose measurements run tests with the GPU visible);
 #                        ctest-rest: on a machine still warm from a visit whose CTest did not finish,
 #                        the tests that no earlier CTest of this build passed, on every core
 #   GPU_VISIT_MEASURES   which measurements, in this order (default: gpt2-loss-paths
@@ -24,6 +26,8 @@
 #   GPU_VISIT_SMOKE=1    every measurement tiny and on the CPU, against DDPBENCH_BUILD_DIR: checks
 #                        this script on a machine without a GPU before a visit spends device time
 #   GPU_VISIT_CTEST_ARGS more ctest arguments (a smoke check's -R FILTER)
+#   GPU_VISIT_HOGWILD_FLAGS compare-hogwild-cuda's flags in place of its default (fewer workers or
+#                        rounds on a short visit)
 #   DDPBENCH_BUILD_DIR   the build (default build-gpu), PYTHON the interpreter with torch (python3)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -94,6 +98,7 @@ else
   resnet_flags="--steps 10 --warmup 3"
   loss_paths_flags=(--device cuda --kernels 8)
   hogwild_flags=(--device cuda --workers 1,2,4 --rounds 3 --steps 50 --warmup 10 --batch 512)
+  if [ -n "${GPU_VISIT_HOGWILD_FLAGS:-}" ]; then read -r -a hogwild_flags <<<"$GPU_VISIT_HOGWILD_FLAGS"; fi
   mesh_flags=(--world-size 1 --mesh dp=1,tp=1 "${gpt2_short_flags[@]}" --dtype bf16)
 fi
 
@@ -148,7 +153,7 @@ measure() {
     hogwild-cuda-tests)  # hogwild's tests on the GPU (CTest hides it): threads and processes over CUDA IPC
       if wait_for_tests_build; then
         step hogwild-cuda-tests 120 "${pinned[@]}" "$build/tests/ddpbench_tests" \
-          --gtest_filter='*Hogwild*cuda*:*HogwildCuda*:*HogwildStrategy.ProcessesMode*'
+          --gtest_filter='*Hogwild*cuda*:*HogwildCuda*:*HogwildStrategy.ProcessesMode*:*HogwildProcessesReplies*'
         grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]" "$out/hogwild-cuda-tests.log" | tee -a "$summary"
       else
         note "hogwild-cuda-tests: not started, the tests binary was not built"
@@ -217,6 +222,16 @@ if has ctest-rest "$steps"; then
     grep -E "^\s+[0-9]+ - .*\((Failed|SEGFAULT|Timeout|Subprocess|Child|Exception)" "$out/ctest-rest.log" | cut -c1-160 |
       head -40 | tee -a "$summary"
   fi
+fi
+if has build-tests "$steps" && ! has ctest "$steps"; then
+  (
+    if step build-tests 300 taskset -c "$test_cpus" cmake --build "$build" -j "$test_jobs"; then
+      touch "$tests_built"
+    else
+      grep -m 30 -E "error|Error" "$out/build-tests.log" | tee -a "$summary"
+    fi
+  ) &
+  tests_pid=$!
 fi
 if has ctest "$steps"; then
   (

@@ -1,8 +1,10 @@
 #include "strategies/hogwild_worker.h"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <stdexcept>
+#include <thread>
 
 namespace ddpbench {
 namespace {
@@ -72,7 +74,13 @@ std::vector<torch::Tensor> stepping_order(const std::vector<torch::Tensor>& para
 }
 
 HogwildUpdate HogwildWorker::step(const torch::Tensor& inputs, const torch::Tensor& targets, PhaseRecorder& phases) {
-  HogwildUpdate update;
+  HogwildQueuedUpdate queued = queue_step(inputs, targets, phases);
+  return {queued.loss.item<double>(), queued.staleness};
+}
+
+HogwildQueuedUpdate HogwildWorker::queue_step(const torch::Tensor& inputs, const torch::Tensor& targets,
+                                              PhaseRecorder& phases) {
+  HogwildQueuedUpdate update;
   if (sync_every_ == 1) read_ticket_ = updates_.load(std::memory_order_acquire);
   torch::Tensor loss;
   {
@@ -101,8 +109,25 @@ HogwildUpdate HogwildWorker::step(const torch::Tensor& inputs, const torch::Tens
       update.staleness = sync();
     }
   }
-  update.loss = loss.item<double>();
+  update.loss = loss.detach();
   return update;
+}
+
+PendingLoss::PendingLoss(const torch::Tensor& loss) {
+  if (!loss.is_cuda()) {
+    host_ = loss;
+    return;
+  }
+  host_ = torch::empty(loss.sizes(), torch::TensorOptions().dtype(loss.scalar_type()).pinned_memory(true));
+  host_.copy_(loss, /*non_blocking=*/true);
+  copied_ = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
+  copied_->record(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(loss.device()));
+}
+
+double PendingLoss::read() const {
+  // query(), not synchronize(): LibTorch 1.13's c10::Event has no synchronize().
+  while (copied_ && !copied_->query()) std::this_thread::yield();
+  return host_.item<double>();
 }
 
 std::int64_t HogwildWorker::sync() {

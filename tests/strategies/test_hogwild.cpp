@@ -339,11 +339,123 @@ TEST(HogwildStrategy, ProcessesModeRunsOnCuda) {
   EXPECT_FALSE(reason.has_value()) << *reason;
 }
 
+
+// Processes mode's workers on mlp, replies deferred or not, on CUDA device 0 or the CPU.
+class DeferredReplies {
+ public:
+  DeferredReplies(bool cuda, int workers, bool defer, int timeout_ms = 60000)
+      : device_(cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU)),
+        data_(workload().make_dataset(6 * kBatch, 3)) {
+    torch::manual_seed(7);
+    model_ = workload().make_model();
+    model_->to(device_);
+    HogwildProcessesConfig config;
+    config.executable = testing::ddpbench_executable();
+    config.workload = &workload();
+    config.workers = workers;
+    config.devices = 1;
+    config.cuda_device = cuda ? 0 : -1;
+    config.defer_replies = defer;
+    config.global_batch = kBatch;
+    config.timeout = std::chrono::milliseconds(timeout_ms);
+    processes_ = std::make_unique<HogwildProcesses>(config, *model_);
+  }
+  static const Workload& workload() { return WorkloadRegistry::instance().get("mlp"); }
+  void send(std::int64_t step) {
+    processes_->send({data_.inputs.narrow(0, step * kBatch, kBatch).to(device_),
+                      data_.targets.narrow(0, step * kBatch, kBatch).to(device_), step, 0});
+  }
+  HogwildProcessesStep wait() { return processes_->wait(); }
+  Copies parameters() const { return Copies(model_->distinct_parameters()); }
+
+ private:
+  torch::Device device_;
+  Dataset data_;
+  ModelPtr model_;
+  std::unique_ptr<HogwildProcesses> processes_;
+};
+
+// Six steps one by one and two ahead, in the pattern send, wait, send, send, wait, send, wait, wait,
+// ...: steps 0, 4 and 5 have no step sent behind them (wait() must tell deferring workers to
+// answer), steps 1 to 3 do.
+std::vector<HogwildProcessesStep> six_steps(DeferredReplies& run) {
+  std::vector<HogwildProcessesStep> out;
+  run.send(0);
+  out.push_back(run.wait());
+  run.send(1);
+  run.send(2);
+  out.push_back(run.wait());
+  run.send(3);
+  out.push_back(run.wait());
+  out.push_back(run.wait());
+  for (std::int64_t step : {4, 5}) {
+    run.send(step);
+    out.push_back(run.wait());
+  }
+  return out;
+}
+
+// Deferred replies (CUDA's default): a worker answers an update once it has queued the next, or
+// when wait() says none is coming. With one worker the updates are sequential, so deferred replies
+// train exactly as replies at once: the same losses, step by step, and the same parameters. With
+// two, every step of the pattern gets both workers' replies, none hangs.
+void deferred_replies_train_as_replies_at_once(bool cuda) {
+  std::vector<double> at_once, deferred;
+  Copies expected({}), got({});
+  {
+    DeferredReplies run(cuda, 1, /*defer=*/false);
+    for (const auto& step : six_steps(run)) at_once.push_back(step.loss);
+    expected = run.parameters();
+  }
+  {
+    DeferredReplies run(cuda, 1, /*defer=*/true);
+    for (const auto& step : six_steps(run)) deferred.push_back(step.loss);
+    got = run.parameters();
+  }
+  ASSERT_EQ(deferred.size(), 6u);
+  for (size_t i = 0; i < at_once.size(); ++i) EXPECT_EQ(deferred[i], at_once[i]) << "step " << i;
+  EXPECT_EQ(max_abs_difference(got.tensors, expected.tensors), 0.0);
+  EXPECT_GT(at_once.front() - at_once.back(), 0.0) << "mlp did not learn: the test would not see a lost update";
+
+  DeferredReplies two(cuda, 2, /*defer=*/true);
+  const auto steps = six_steps(two);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(steps[i].loss)) << "step " << i;
+    EXPECT_EQ(steps[i].staleness.size(), 2u) << "step " << i << ": both workers' updates answered";
+  }
+}
+
+TEST(HogwildProcessesReplies, DeferredRepliesTrainAsRepliesAtOnce) { deferred_replies_train_as_replies_at_once(false); }
+
+TEST(HogwildProcessesReplies, DeferredRepliesOnCudaTrainAsRepliesAtOnce) {
+  if (!compat::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  deferred_replies_train_as_replies_at_once(true);
+}
+
 // DDPBENCH_FAULT_WORKER for the lifetime of this object (the workers inherit the environment).
 struct FaultInjected {
   explicit FaultInjected(const char* spec) { ::setenv("DDPBENCH_FAULT_WORKER", spec, 1); }
   ~FaultInjected() { ::unsetenv("DDPBENCH_FAULT_WORKER"); }
 };
+
+// The reply is held: a worker that hangs on its third update (step 2) has answered step 1 at once,
+// but with deferred replies step 1's answer waits for step 2 to be queued, and never comes.
+TEST(HogwildProcessesReplies, ADeferredReplyWaitsForTheNextUpdateToBeQueued) {
+  for (const bool defer : {false, true}) {
+    FaultInjected fault("0:hang");
+    DeferredReplies run(/*cuda=*/false, 1, defer, /*timeout_ms=*/3000);
+    run.send(0);
+    run.wait();
+    run.send(1);
+    run.send(2);
+    if (defer) {
+      EXPECT_THROW(run.wait(), CaseFailure) << "step 1 was answered before step 2 was queued";
+    } else {
+      EXPECT_NO_THROW(run.wait()) << "step 1 is answered at once";
+      EXPECT_THROW(run.wait(), CaseFailure);  // step 2: the hang
+    }
+  }
+}
 
 // Processes mode on CUDA, a worker SIGKILLed at its third update: the step fails naming it, no worker
 // is left, and the device memory is all given back: the workers' CUDA contexts (which the driver
