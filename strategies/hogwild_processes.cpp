@@ -63,7 +63,6 @@ struct ControlBlock {
   std::int32_t workers, devices, sync_every, threads_per_worker, parity_optimizer;
   std::int32_t precision;  // Precision
   std::int32_t cuda_device;  // -1: the CPU
-  std::int32_t defer_replies;  // a worker replies to an update once it has queued the next (or is told to flush)
   compat::CudaIpcHandle cuda_buffer;
   std::int32_t parameter_count, buffer_count;
   std::int64_t tensor_offset[kMaxTensors];  // parameters, then buffers, in module order
@@ -71,18 +70,15 @@ struct ControlBlock {
   BatchSlot inputs, targets;
 };
 
-// Parent to worker: train on rows [row_begin, row_begin + rows) of the batch buffer; or, where
-// replies are deferred, send the reply held back now (no next update is coming yet).
-struct WorkerCommand {
-  enum Kind : std::int32_t { Update, Flush };
-  Kind kind;
+namespace {
+
+// Parent to worker: train on rows [row_begin, row_begin + rows) of the batch buffer.
+struct Command {
   std::int64_t step;
   std::int64_t row_begin;
   std::int64_t rows;
   std::int64_t trace_step;  // record this update's ranges as trace events, under this step number; -1: do not
 };
-
-namespace {
 
 // Worker to parent; smaller than PIPE_BUF, so each write arrives whole.
 struct Reply {
@@ -245,7 +241,6 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
   control_->parity_optimizer = config_.parity_optimizer ? 1 : 0;
   control_->precision = static_cast<std::int32_t>(config_.precision);
   control_->cuda_device = cuda ? config_.cuda_device : -1;
-  control_->defer_replies = config_.defer_replies.value_or(cuda) ? 1 : 0;
   control_->cuda_buffer = cuda_buffer;
   control_->parameter_count = static_cast<std::int32_t>(parameters.size());
   control_->buffer_count = static_cast<std::int32_t>(buffers.size());
@@ -450,23 +445,18 @@ void HogwildProcesses::send(const Batch& batch, std::optional<std::int64_t> trac
   std::int64_t begin = slot_begin;
   for (std::int64_t i = 0; i < n; ++i) {
     step.shard_rows[static_cast<std::size_t>(i)] = rows / n + (i < rows % n ? 1 : 0);
-    const WorkerCommand command{WorkerCommand::Update, next_step_, begin, step.shard_rows[static_cast<std::size_t>(i)],
-                          trace_step.value_or(-1)};
+    const Command command{next_step_, begin, step.shard_rows[static_cast<std::size_t>(i)], trace_step.value_or(-1)};
     begin += command.rows;
-    command_worker(static_cast<int>(i), command);
+    if (!write_exactly(workers_[static_cast<std::size_t>(i)].command_fd, &command, sizeof(command))) {
+      int status = 0;
+      auto& w = workers_[static_cast<std::size_t>(i)];
+      ::waitpid(w.pid, &status, 0);
+      w.running = false;
+      fail(static_cast<int>(i), exit_text(status, oom_kills_before_, oom_kill_count()));
+    }
   }
   in_flight_.push_back(std::move(step));
   ++next_step_;
-}
-
-void HogwildProcesses::command_worker(int index, const WorkerCommand& command) {
-  auto& w = workers_[static_cast<std::size_t>(index)];
-  if (!write_exactly(w.command_fd, &command, sizeof(command))) {
-    int status = 0;
-    ::waitpid(w.pid, &status, 0);
-    w.running = false;
-    fail(index, exit_text(status, oom_kills_before_, oom_kill_count()));
-  }
 }
 
 HogwildProcessesStep HogwildProcesses::wait() {
@@ -474,12 +464,6 @@ HogwildProcessesStep HogwildProcesses::wait() {
   // Each worker answers its commands in order, so the next reply of each is the oldest step's.
   const InFlight step = std::move(in_flight_.front());
   in_flight_.pop_front();
-  // Deferred replies: a worker answers this step once it has queued the next one; with none sent,
-  // it is told to answer now.
-  if (control_->defer_replies && in_flight_.empty()) {
-    const WorkerCommand flush{WorkerCommand::Flush, -1, 0, 0, -1};
-    for (std::size_t i = 0; i < workers_.size(); ++i) command_worker(static_cast<int>(i), flush);
-  }
   HogwildProcessesStep out;
   out.peak_rss_bytes.resize(workers_.size());
   out.worker_traces.resize(workers_.size());
@@ -549,44 +533,25 @@ int hogwild_worker_main() {
     if (!write_exactly(kReplyFd, &ready, sizeof(ready))) return 1;
     PhaseRecorder phases;
     TraceRecorder trace(0, 1);  // the parent merges the events into its own file
-    // The reply to the last update, held back until the next is queued (deferred replies): on CUDA
-    // the device then has the next update's kernels to run while this one's reply travels and the
-    // parent hands out the step after.
-    struct HeldReply {
-      Reply reply;
-      PendingLoss loss;
-    };
-    std::unique_ptr<HeldReply> held;
-    auto send_held = [&]() {
-      if (!held) return true;
-      held->reply.loss = held->loss.read();
-      held->reply.peak_rss_bytes = peak_rss_bytes();
-      const bool sent = write_exactly(kReplyFd, &held->reply, sizeof(held->reply));
-      held.reset();
-      return sent;
-    };
-    WorkerCommand command{};
+    Command command{};
     while (read_exactly(kCommandFd, &command, sizeof(command))) {  // end of file: the run is over
-      if (command.kind == WorkerCommand::Flush) {
-        if (!send_held()) return 1;
-        continue;
-      }
       if (command.step == 2 && fault == "kill") ::raise(SIGKILL);                               // injected fault
       while (command.step == 2 && fault == "hang") std::this_thread::sleep_for(std::chrono::seconds(1));  // injected
       phases.set_trace(command.trace_step >= 0 ? &trace : nullptr);
       phases.set_step(command.trace_step);
       phases.begin_step();
-      const HogwildQueuedUpdate update =
-          worker.queue_step(inputs.narrow(0, command.row_begin, command.rows), targets.narrow(0, command.row_begin, command.rows), phases);
+      const HogwildUpdate update =
+          worker.step(inputs.narrow(0, command.row_begin, command.rows), targets.narrow(0, command.row_begin, command.rows), phases);
       phases.end_step();
-      HeldReply next{Reply{}, PendingLoss(update.loss)};
-      Reply& reply = next.reply;
+      Reply reply{};
       reply.kind = Reply::Update;
+      reply.loss = update.loss;
       reply.wrote = update.staleness.has_value() ? 1 : 0;
       reply.staleness = update.staleness.value_or(0);
       reply.forward_seconds = phases.step_seconds()[static_cast<int>(Phase::Forward)];
       reply.backward_seconds = phases.step_seconds()[static_cast<int>(Phase::Backward)];
       reply.optimizer_seconds = phases.step_seconds()[static_cast<int>(Phase::Optimizer)];
+      reply.peak_rss_bytes = peak_rss_bytes();
       if (command.trace_step >= 0) {
         const std::string events = trace.encode();
         trace.clear();
@@ -595,9 +560,7 @@ int hogwild_worker_main() {
                                                                       : events.rfind('\n', sizeof(reply.trace) - 2) + 1;
         std::memcpy(reply.trace, events.data(), fits);
       }
-      if (!send_held()) return 1;  // the update before this one, now that this one is queued
-      held = std::make_unique<HeldReply>(std::move(next));
-      if (!control.defer_replies && !send_held()) return 1;
+      if (!write_exactly(kReplyFd, &reply, sizeof(reply))) return 1;
     }
     return 0;
   } catch (const std::exception& e) {

@@ -15,11 +15,6 @@
 // workers then go from one update to the next without waiting for the parent (hogwild.cpp sends
 // the harness's next batch ahead, within a section of the run).
 //
-// Deferred replies (on CUDA by default): a worker answers an update only once it has queued the
-// next, reading the loss through an event behind the update's own kernels, so the device has the
-// next update to run while the reply travels; where no next step was sent, wait() tells the workers
-// to answer at once (a Flush command).
-//
 // On CUDA the parameters, buffers and batch slots live instead in one device allocation exported
 // with a CUDA IPC handle (compat/cuda_ipc.h), which the control block in shared memory carries:
 // every worker maps it on the same GPU and builds its parameters as views of it, so updates go
@@ -58,10 +53,6 @@ struct HogwildProcessesConfig {
   Precision precision = Precision::Fp32;  // --dtype
   std::int64_t global_batch = 0;
   std::uint64_t seed = 0;
-  // Whether a worker replies to an update only once it has queued the next one (or is told no next
-  // one is coming): on CUDA the device then never waits for the round trip to the parent. Default:
-  // on CUDA only (on the CPU the worker computes as it queues, so a held reply only comes later).
-  std::optional<bool> defer_replies;
   std::chrono::milliseconds timeout{300000};
   std::function<bool()> stop_requested = [] { return false; };  // the run's; checked while waiting
 };
@@ -103,8 +94,6 @@ class HogwildProcesses {
     bool running = false;
   };
   void spawn(int index);
-  // Writes `command` to worker `index`; fails the step naming it if it is gone.
-  void command_worker(int index, const struct WorkerCommand& command);
   // Reads one reply from every worker in `pending` within the timeout; fails the step on a fault.
   template <typename OnReply>
   void collect(const char* what, OnReply on_reply);

@@ -1,10 +1,8 @@
 #include "strategies/hogwild_worker.h"
 
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <stdexcept>
-#include <thread>
 
 namespace ddpbench {
 namespace {
@@ -74,13 +72,7 @@ std::vector<torch::Tensor> stepping_order(const std::vector<torch::Tensor>& para
 }
 
 HogwildUpdate HogwildWorker::step(const torch::Tensor& inputs, const torch::Tensor& targets, PhaseRecorder& phases) {
-  HogwildQueuedUpdate queued = queue_step(inputs, targets, phases);
-  return {queued.loss.item<double>(), queued.staleness};
-}
-
-HogwildQueuedUpdate HogwildWorker::queue_step(const torch::Tensor& inputs, const torch::Tensor& targets,
-                                              PhaseRecorder& phases) {
-  HogwildQueuedUpdate update;
+  HogwildUpdate update;
   if (sync_every_ == 1) read_ticket_ = updates_.load(std::memory_order_acquire);
   torch::Tensor loss;
   {
@@ -109,25 +101,8 @@ HogwildQueuedUpdate HogwildWorker::queue_step(const torch::Tensor& inputs, const
       update.staleness = sync();
     }
   }
-  update.loss = loss.detach();
+  update.loss = loss.item<double>();
   return update;
-}
-
-PendingLoss::PendingLoss(const torch::Tensor& loss) {
-  if (!loss.is_cuda()) {
-    host_ = loss;
-    return;
-  }
-  host_ = torch::empty(loss.sizes(), torch::TensorOptions().dtype(loss.scalar_type()).pinned_memory(true));
-  host_.copy_(loss, /*non_blocking=*/true);
-  copied_ = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
-  copied_->record(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(loss.device()));
-}
-
-double PendingLoss::read() const {
-  // query(), not synchronize(): LibTorch 1.13's c10::Event has no synchronize().
-  while (copied_ && !copied_->query()) std::this_thread::yield();
-  return host_.item<double>();
 }
 
 std::int64_t HogwildWorker::sync() {

@@ -13,12 +13,10 @@
 // from them. Summing the changes, not averaging them, keeps K = 1 exactly plain Hogwild.
 //
 // Buffers (BatchNorm running statistics) are always the shared storage.
-#include <c10/core/Event.h>
 #include <torch/types.h>
 
 #include <atomic>
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <vector>
 
@@ -34,27 +32,6 @@ struct HogwildUpdate {
   std::optional<std::int64_t> staleness;  // when this step wrote into the shared parameters
 };
 
-// An update whose work is queued: on CUDA its kernels may not have run yet, and its loss is a
-// device tensor nobody has read (reading it waits for them).
-struct HogwildQueuedUpdate {
-  torch::Tensor loss;
-  std::optional<std::int64_t> staleness;
-};
-
-// A queued update's loss on its way to the host. On CUDA: a copy into pinned memory queued right
-// behind the update's kernels, and an event after it, so that read() waits for this update's kernels
-// and not for those the worker queued since (loss.item() would wait for the whole stream). On the
-// CPU the loss is already computed.
-class PendingLoss {
- public:
-  explicit PendingLoss(const torch::Tensor& loss);
-  double read() const;
-
- private:
-  torch::Tensor host_;
-  std::shared_ptr<c10::Event> copied_;  // CUDA only
-};
-
 class HogwildWorker {
  public:
   // `model`: this worker's own model instance (its values are replaced). `shared_parameters` and
@@ -68,9 +45,6 @@ class HogwildWorker {
   // One update on this worker's shard. Marks forward, backward and optimizer on `phases`, this
   // worker's own recorder (so every worker's ranges nest in its own thread's step range).
   HogwildUpdate step(const torch::Tensor& inputs, const torch::Tensor& targets, PhaseRecorder& phases);
-  // The same update without reading its loss back: on CUDA it returns once the kernels are queued,
-  // so a worker process can queue its next update before it waits for this one (hogwild_processes).
-  HogwildQueuedUpdate queue_step(const torch::Tensor& inputs, const torch::Tensor& targets, PhaseRecorder& phases);
 
   // The parameters this worker trains: the shared storage, or its private copy (sync_every > 1).
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }
