@@ -9,11 +9,16 @@ torch 2.6's Schedule1F1B hangs over Gloo (pytorch#132644; python_pp_loop.py says
 with upstream's fix applied in the script (--wait-all-p2p). --peer-as-shipped runs it without,
 each run stopped after --peer-timeout seconds and reported as hung.
 
+With --dp D the ranks are the 2-D mesh dp=D,pp=WORLD/D: ddpbench `pp --mesh dp=D,pp=P`, and the
+peer's stages each wrapped in PyTorch's DDP over their dp group (python_pp_loop.py --dp), the
+composition torchtitan runs; --microbatches then counts a pipeline's share of the batch.
+
 Rounds are interleaved (benchmarks/interleave.py), each run fresh rank processes; a run's figures
 are rank 0's mean step time and its peak bytes (ddpbench: device 0's peak_allocated_bytes; the peer:
 every thread's malloc counted by benchmarks/heap_counter.c, preloaded).
 
     benchmarks/compare_pp.py [--rounds 5] [--steps 20] [--warmup 5] [--batch 128] [--world 2] [--microbatches 4]
+                             [--dp D]
 """
 import json
 import os
@@ -34,16 +39,21 @@ def main():
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--peer-as-shipped", action="store_true", help="the peer without upstream's fix of its p2p waits")
     p.add_argument("--peer-timeout", type=float, default=120, help="seconds before a peer run counts as hung")
+    p.add_argument("--dp", type=int, default=1, help="pipelines (the mesh dp=D,pp=WORLD/D); 1: one pipeline of --world")
     args = p.parse_args()
+    if args.dp < 1 or args.world % args.dp != 0 or args.world // args.dp < 2:
+        p.error(f"--dp: {args.dp} does not divide --world {args.world} into pipelines of 2 stages or more")
+    stages = args.world // args.dp
     # ddpbench's even cut of mlp's four units, given to both sides by hand (where each stage after the first begins)
-    cuts = ",".join(str(begin) for begin, _ in even_split(4, args.world)[1:])
+    cuts = ",".join(str(begin) for begin, _ in even_split(4, stages)[1:])
+    layout = ["--world-size", str(args.world)] if args.dp == 1 else ["--mesh", f"dp={args.dp},pp={stages}"]
     peaks = {}
     hung = {}
 
     def ddpbench(name, schedule):
         def run():
-            c = ddpbench_case(args.build, ["--strategy", "pp", "--workload", "mlp", "--device", "cpu",
-                                           "--world-size", str(args.world), "--threads", "1",
+            c = ddpbench_case(args.build, ["--strategy", "pp", "--workload", "mlp", "--device", "cpu"] + layout + [
+                                           "--threads", "1",
                                            "--batch", str(args.batch), "--steps", str(args.steps),
                                            "--warmup", str(args.warmup), "--pp-schedule", schedule,
                                            "--microbatches", str(args.microbatches), "--pp-split", cuts])
@@ -62,6 +72,8 @@ def main():
                    str(args.warmup), str(args.batch), "1", str(args.world), schedule, str(args.microbatches), cuts]
             if not args.peer_as_shipped:
                 cmd.append("--wait-all-p2p")
+            if args.dp > 1:
+                cmd += ["--dp", str(args.dp)]
             try:
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, timeout=args.peer_timeout,
                                      start_new_session=True).stdout
@@ -86,7 +98,8 @@ def main():
         print(f"{name}: hung in {count} of {args.rounds} rounds (stopped after {args.peer_timeout:g} s)")
     samples = {n: v for n, v in samples.items() if not any(x != x for x in v)}
     base = "ddpbench pp 1f1b"
-    report(args, samples, f"mlp, {args.world} stages (Gloo), cut at layer(s) {cuts}, global batch {args.batch}, "
+    shape = f"{stages} stages" if args.dp == 1 else f"the mesh dp={args.dp},pp={stages} (pipelines of {stages} stages)"
+    report(args, samples, f"mlp, {shape} (Gloo), cut at layer(s) {cuts}, global batch {args.batch}, "
            f"{args.microbatches} micro-batches, 1 thread per rank, {args.steps} steps after {args.warmup} warm-up, "
            f"{args.rounds} interleaved rounds", base, label="run")
     print()

@@ -12,14 +12,22 @@ fixed upstream by #152938 in 2025, after 2.6). With --wait-all-p2p (compare_pp.p
 peer) `_batch_p2p` waits on every Work of the batch, as the fix does; without it the hang can be seen
 (compare_pp.py --peer-as-shipped).
 
+With --dp D (ddpbench's --mesh dp=D,pp=WORLD/D) the ranks are a 2-D grid laid out row-major as
+ddpbench lays it: rank r is stage r % P of pipeline r // P. Each pipeline trains on its dp rank's
+samples of the global batch (d, d + D, ...: ddpbench's sampler's), and each stage's module is
+wrapped in PyTorch's DDP over its dp group: PipelineStage runs all but the last micro-batch's
+backward under no_sync, so the gradients are all-reduced once a step (torchtitan's PP x DDP).
+
 After the timed steps one more step is measured for its peak on rank 0 (the first stage), as
 python_fsdp_loop.py does (benchmarks/heap_peak.py).
 
 Prints rank 0's figures as JSON: {"step_ms": [...], "peak_bytes": N, "held_bytes": N, "peak_method": ...}.
 
     python_pp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD SCHEDULE MICROBATCHES CUTS [--wait-all-p2p]
+                      [--dp D]
 
-SCHEDULE: gpipe or 1f1b; CUTS: the layers where stages begin after the first, "2" for [0,2) [2,4).
+SCHEDULE: gpipe or 1f1b; CUTS: the layers where stages begin after the first, "2" for [0,2) [2,4)
+(a pipeline's stages: WORLD / D of them).
 """
 import json
 import sys
@@ -53,30 +61,51 @@ def wait_on_every_p2p_work():
     schedules._batch_p2p = batch_p2p
 
 
-def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microbatches, cuts, wait_all, queue):
+def mesh_groups(rank, world, dp):
+    """This rank's pipeline group and dp group (None at dp 1) on the row-major (dp, pp) grid; every
+    rank creates every group, in the same order, as new_group requires."""
+    pp = world // dp
+    pipeline_group = data_group = None
+    for d in range(dp):
+        g = dist.new_group([d * pp + i for i in range(pp)])
+        if rank // pp == d:
+            pipeline_group = g
+    if dp > 1:
+        for i in range(pp):
+            g = dist.new_group([d * pp + i for d in range(dp)])
+            if rank % pp == i:
+                data_group = g
+    return pipeline_group, data_group
+
+
+def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microbatches, cuts, wait_all, dp, queue):
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     if wait_all:
         wait_on_every_p2p_work()
     join_gloo_group(rank, world, port, threads)
+    pp = world // dp
+    stage_index, dp_rank = rank % pp, rank // pp
+    pipeline_group, data_group = mesh_groups(rank, world, dp)
     data = MlpBatches(batch)
     heap = heap_counter()
     torch.manual_seed(42)
     layers = [nn.Sequential(nn.Linear(784, 1024), nn.ReLU()), nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()),
               nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()), nn.Linear(1024, 10)]
     bounds = [0] + cuts + [len(layers)]
-    part = nn.Sequential(*layers[bounds[rank]:bounds[rank + 1]])
+    part = nn.Sequential(*layers[bounds[stage_index]:bounds[stage_index + 1]])
     del layers
-    stage = PipelineStage(part, rank, world, torch.device("cpu"))
+    module = part if data_group is None else nn.parallel.DistributedDataParallel(part, process_group=data_group)
+    stage = PipelineStage(module, stage_index, pp, torch.device("cpu"), group=pipeline_group)
     kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
     pipe = kind(stage, n_microbatches=microbatches, loss_fn=nn.functional.cross_entropy)
     opt = torch.optim.SGD(part.parameters(), lr=0.01, momentum=0.9)
 
     def step(k):
-        idx = data.indices(k)
-        if rank == 0:
+        idx = data.indices(k)[dp_rank::dp]  # this pipeline's share of the global batch
+        if stage_index == 0:
             pipe.step(data.inputs.index_select(0, idx))
-        elif rank == world - 1:
+        elif stage_index == pp - 1:
             pipe.step(target=data.labels.index_select(0, idx), losses=[])
         else:
             pipe.step()
@@ -92,15 +121,21 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microb
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    argv = sys.argv[1:]
+    dp = 1
+    if "--dp" in argv:
+        at = argv.index("--dp")
+        dp = int(argv[at + 1])
+        del argv[at:at + 2]
+    args = [a for a in argv if not a.startswith("--")]
     steps, warmup, batch, threads, world = (int(a) for a in args[:5])
     schedule, microbatches = args[5], int(args[6])
     cuts = [int(c) for c in args[7].split(",")]
-    if len(cuts) != world - 1:
-        print(f"python_pp_loop.py: {len(cuts) + 1} stages for {world} ranks", file=sys.stderr)
+    if dp < 1 or world % dp != 0 or len(cuts) != world // dp - 1:
+        print(f"python_pp_loop.py: {len(cuts) + 1} stages a pipeline for {world} ranks in {dp} pipeline(s)", file=sys.stderr)
         return 2
     figures, rc = run_ranks("python_pp_loop.py", rank_main, world,
-                            (steps, warmup, batch, threads, schedule, microbatches, cuts, "--wait-all-p2p" in sys.argv))
+                            (steps, warmup, batch, threads, schedule, microbatches, cuts, "--wait-all-p2p" in argv, dp))
     if figures is not None:
         print(json.dumps(figures))
     return rc

@@ -299,9 +299,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_flag("--no-prefetch", no_prefetch, "fsdp: all-gather each unit when it runs, not while the one before it computes");
   std::string mesh;
   app.add_option("--mesh", mesh,
-                 "tp: the ranks on a grid of named dimensions, dp=D,tp=T or fsdp=F,tp=T (the product = --world-size): "
-                 "tp over each group of T ranks, and data parallel (dp: ddp's buckets; fsdp: fsdp's sharded units) "
-                 "over the other groups (docs/mesh.md)");
+                 "tp, pp: the ranks on a grid of named dimensions, dp=D,tp=T, fsdp=F,tp=T or dp=D,pp=P (the product = "
+                 "--world-size): tp over each group of T ranks (pp: a pipeline of P stages), and data parallel (dp: "
+                 "the gradients all-reduced; fsdp: fsdp's sharded units) over the other groups (docs/mesh.md)");
   bool sequence_parallel = false;
   app.add_flag("--sequence-parallel", sequence_parallel,
                "tp: each block's all-reduces become a reduce-scatter into shares of the sequence and an all-gather "
@@ -472,7 +472,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   fsdp.prefetch = !no_prefetch;
   std::optional<Mesh> parsed_mesh;
   if (!mesh.empty()) {
-    if (!runs_any_of({"tp"})) throw UsageError("--mesh: applies to tp only, which --strategy does not include");
+    if (!runs_any_of({"tp", "pp"})) throw UsageError("--mesh: applies to tp and pp only, which --strategy does not include");
     parsed_mesh = Mesh::parse(mesh, mesh_dimension_names(), cmd.devices.world_size);
   }
   const bool fsdp_mesh = parsed_mesh && parsed_mesh->find("fsdp");
@@ -484,7 +484,21 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   }
   if (parsed_mesh) {
     const Mesh& parsed = *parsed_mesh;
-    if (!parsed.find("tp")) throw UsageError("--mesh: tp runs on a mesh with a tp dimension, and " + mesh + " has none");
+    const bool tp_mesh = parsed.find("tp").has_value(), pp_mesh = parsed.find("pp").has_value();
+    if (tp_mesh && pp_mesh) {
+      throw UsageError("--mesh: tp and pp on one mesh (3-D) is not built yet; a mesh takes one of them");
+    }
+    if (!tp_mesh && !pp_mesh) {
+      throw UsageError("--mesh: a mesh composes tp or pp with data parallelism, and " + mesh + " has neither");
+    }
+    const char* runs_on_it = tp_mesh ? "tp" : "pp";
+    if (!runs_any_of({runs_on_it})) {
+      throw UsageError("--mesh: " + mesh + " runs " + runs_on_it + " on its " + runs_on_it +
+                       " dimension, and --strategy does not include it");
+    }
+    if (pp_mesh && parsed.find("fsdp")) {
+      throw UsageError("--mesh: fsdp over pp is not built yet (dp=D,pp=P is: each pipeline's gradients all-reduced over dp)");
+    }
     if (parsed.find("dp") && parsed.find("fsdp")) {
       throw UsageError("--mesh: dp and fsdp both split the batch and reduce the gradients; a mesh takes one of them");
     }

@@ -37,7 +37,7 @@ class MeasuredCase:
     point_to_point_bytes: Optional[float] = None  # pp: what its rank 0 sent its neighbour a step
     comm_bytes_per_step: Optional[float] = None  # tp: the bytes its all-reduces carried a step
     comm_collectives: Optional[int] = None       # tp: its collectives a step, of every kind
-    mesh: Optional[str] = None                   # tp: the mesh it ran on (--mesh, "dp=2,tp=2"), if any
+    mesh: Optional[str] = None                   # tp, pp: the mesh it ran on (--mesh, "dp=2,tp=2"), if any
     # tp under --sequence-parallel: its reduce-scatters and all-gathers a step, each (count, bytes)
     reduce_scatters: Optional[tuple] = None
     all_gathers: Optional[tuple] = None
@@ -120,7 +120,7 @@ def measured_cases(doc):
                                 point_to_point_bytes=comm.get("point_to_point_bytes_per_step"),
                                 comm_bytes_per_step=comm.get("bytes_per_step") if f["strategy"] == "tp" else None,
                                 comm_collectives=comm.get("buckets") if f["strategy"] == "tp" else None,
-                                mesh=strategy_settings.get("mesh") if f["strategy"] == "tp" else None,
+                                mesh=strategy_settings.get("mesh") if f["strategy"] in ("tp", "pp") else None,
                                 reduce_scatters=_counted(comm, "reduce_scatters_per_step",
                                                          "reduce_scatter_bytes_per_step") if f["strategy"] == "tp" else None,
                                 all_gathers=_counted(comm, "all_gathers_per_step",

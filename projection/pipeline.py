@@ -111,6 +111,10 @@ def project_pp(projector, case, world):
 
     if case.strategy != "pp" or not line:
         return refused("pp is projected from a pp case: its chain's units and their times are measured, not assumed")
+    if case.mesh:
+        # Its world is the mesh's, its batch the pipelines' together: read as one pipeline, both would lie.
+        return refused(f"{case.name} ran on the mesh {case.mesh} (--mesh), which is not projected yet: "
+                       "project pp from a run without --mesh")
     schedule = line.get("schedule")
     if schedule not in SCHEDULES:
         return refused(f"{case.name}'s schedule {schedule!r} is none of {', '.join(SCHEDULES)}")

@@ -10,6 +10,13 @@
 // and the last stage and its gradient is summed between them each step, as Megatron does.
 //
 // Time a rank waits for a neighbour (the bubble, and transfers nothing hid) is pipeline_wait.
+//
+// On a mesh (--mesh dp=D,pp=P; distributed/mesh.h) each group of P ranks along pp is a pipeline of
+// its own, on its dp group's share of the batch (micro-batches of that share), and the D pipelines
+// are cut alike (the stage plan is agreed over the world). After its schedule a rank all-reduces
+// the gradients of what it trains, and the step's loss, over its dp group, in one flat buffer after
+// the last backward (not overlapped with it, as torch.distributed.pipelining's DDP over a stage
+// is). Micro-batch losses enter weighted by their share of the global batch, so the sum is single's.
 // docs/pipeline.md says what is measured and what is not built yet.
 #include <algorithm>
 #include <map>
@@ -19,6 +26,7 @@
 
 #include "base/errors.h"
 #include "compat/c10d_compat.h"
+#include "distributed/mesh.h"
 #include "distributed/process_group.h"
 #include "pipeline/schedule.h"
 #include "strategies/pp_stages.h"
@@ -32,12 +40,28 @@ using pipeline::Action;
 using pipeline::PipelineShape;
 using pipeline::ScheduleKind;
 
-// The shape a case runs: p = the world, V from --stages-per-rank (2 under interleaved-1f1b unless
-// given), m from --microbatches or, by default, the most up to 2 p V that divides the batch (a
-// multiple of p under interleaved-1f1b, as Megatron's schedule needs). Naive is one batch.
-PipelineShape shape_for(const CaseSpec& spec, const PipelineOptions& o) {
+// The ranks of one pipeline and of the data parallelism over the pipelines: the mesh's pp and dp
+// sizes, or the world and 1. pp 0: the mesh has no pp dimension.
+struct PipelineRanks {
+  int pp = 1, dp = 1;
+};
+PipelineRanks pipeline_ranks(const CaseSpec& spec, const StrategyOptions& options) {
+  if (options.mesh.empty()) return {spec.world_size, 1};
+  const Mesh mesh = Mesh::parse(options.mesh, mesh_dimension_names(), spec.world_size);
+  const auto pp = mesh.find("pp"), dp = mesh.find("dp");
+  return {pp ? mesh.dimensions()[*pp].size : 0, dp ? mesh.dimensions()[*dp].size : 1};
+}
+
+// The shape a case runs: p = a pipeline's ranks, V from --stages-per-rank (2 under interleaved-1f1b
+// unless given), m from --microbatches or, by default, the most up to 2 p V that divides a
+// pipeline's batch (a multiple of p under interleaved-1f1b, as Megatron's schedule needs). Naive is
+// one batch.
+PipelineShape shape_for(const CaseSpec& spec, const StrategyOptions& options) {
+  const PipelineOptions& o = options.pipeline;
+  const PipelineRanks ranks = pipeline_ranks(spec, options);
+  const std::int64_t batch = spec.global_batch / ranks.dp;
   PipelineShape s;
-  s.ranks = spec.world_size;
+  s.ranks = ranks.pp;
   s.chunks_per_rank = o.stages_per_rank > 0 ? o.stages_per_rank : (o.schedule == ScheduleKind::Interleaved1F1B ? 2 : 1);
   if (o.schedule == ScheduleKind::Naive) {
     s.microbatches = o.microbatches > 0 ? o.microbatches : 1;
@@ -47,7 +71,7 @@ PipelineShape shape_for(const CaseSpec& spec, const PipelineOptions& o) {
     const int step = o.schedule == ScheduleKind::Interleaved1F1B ? s.ranks : 1;
     s.microbatches = 0;
     for (int m = 2 * s.stages(); m >= step && s.microbatches == 0; --m) {
-      if (m % step == 0 && spec.global_batch % m == 0) s.microbatches = m;
+      if (m % step == 0 && batch % m == 0) s.microbatches = m;
     }
   }
   return s;
@@ -77,15 +101,23 @@ class PipelineStrategy final : public Strategy {
     const WorkloadFacts facts = workload.facts();
     if (facts.chain_length == 0) return "pp cuts the model between its units, and " + facts.chain_refusal;
     const auto& o = options.pipeline;
-    const PipelineShape shape = shape_for(spec, o);
+    const PipelineRanks ranks = pipeline_ranks(spec, options);
+    if (ranks.pp == 0) return "pp runs on a mesh with a pp dimension, and " + options.mesh + " has none";
+    if (spec.global_batch % ranks.dp != 0) {
+      return "the batch of " + std::to_string(spec.global_batch) + " does not divide among the " + std::to_string(ranks.dp) +
+             " pipelines (--mesh's dp)";
+    }
+    const std::int64_t batch = spec.global_batch / ranks.dp;
+    const std::string whose = ranks.dp > 1 ? "a pipeline's batch of " : "the batch of ";
+    const PipelineShape shape = shape_for(spec, options);
     if (shape.microbatches == 0) {
       return "no micro-batch count up to " + std::to_string(2 * shape.stages()) + (o.schedule == ScheduleKind::Interleaved1F1B ? " (a multiple of the ranks)" : "") +
-             " divides the batch of " + std::to_string(spec.global_batch) + ": give --microbatches or --batch";
+             " divides " + whose + std::to_string(batch) + ": give --microbatches or --batch";
     }
     if (auto why = pipeline::invalid_shape(o.schedule, shape)) return *why;
-    if (spec.global_batch % shape.microbatches != 0) {
-      return "--microbatches " + std::to_string(shape.microbatches) + " does not divide the batch of " +
-             std::to_string(spec.global_batch) + " (every micro-batch the same size)";
+    if (batch % shape.microbatches != 0) {
+      return "--microbatches " + std::to_string(shape.microbatches) + " does not divide " + whose + std::to_string(batch) +
+             " (every micro-batch the same size)";
     }
     if (static_cast<std::size_t>(shape.stages()) > facts.chain_length) {
       return std::to_string(shape.stages()) + " stages (" + std::to_string(shape.ranks) + " ranks x " +
@@ -99,35 +131,46 @@ class PipelineStrategy final : public Strategy {
     return std::nullopt;
   }
 
-  // Every rank reads the whole batch: the first stage its inputs, the last its targets.
-  DataShard do_data_shard() const override { return {0, 1}; }
+  // Every rank of a pipeline reads its dp group's share of the batch (all of it without a mesh):
+  // the first stage its inputs, the last its targets.
+  DataShard do_data_shard() const override {
+    return dp_group_ ? DataShard{dp_group_->rank(), dp_group_->size()} : DataShard{0, 1};
+  }
   std::optional<c10::Device> do_batch_device() const override { return device_; }
 
   void do_setup(const StrategySetup& setup) override {
     auto placed = place_model_on_rank(setup, "pp");
+    ProcessGroupContext& world = *placed.group;
     group_ = placed.group;
+    if (!setup.options.mesh.empty()) join_mesh(Mesh::parse(setup.options.mesh, mesh_dimension_names(), world.size()));
     device_ = placed.device;
     model_ = placed.model;
     workload_ = &setup.workload;
     global_batch_ = setup.spec.global_batch;
     schedule_ = setup.options.pipeline.schedule;
-    shape_ = shape_for(setup.spec, setup.options.pipeline);
+    shape_ = shape_for(setup.spec, setup.options);
     if (auto why = pipeline::invalid_shape(schedule_, shape_)) throw CaseFailure("pp: " + *why);
     actions_ = pipeline::rank_actions(schedule_, shape_, group_->rank());
     precision_ = setup.precision;
     scaler_ = LossScaler(precision_);
-    // Cut while every rank still holds the whole model: profiling runs every unit.
-    plan_ = plan_stages(*model_, *workload_, setup.options.pipeline, shape_.stages(), global_batch_ / shape_.microbatches,
-                        device_, precision_, *group_);
+    // Cut while every rank still holds the whole model: profiling runs every unit. Agreed over the
+    // world, so that every pipeline of a mesh is cut alike.
+    plan_ = plan_stages(*model_, *workload_, setup.options.pipeline, shape_.stages(),
+                        global_batch_ / pipelines() / shape_.microbatches, device_, precision_, world);
     spans_ = plan_.spans;
     assign_parameters();
     optimizer_ = setup.make_optimizer(trained_here_);
+    if (dp_group_) allocate_data_parallel_gradients();
   }
 
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
     {  // the last step's gradients, kept until now: zero_grad, optimizer work (strategy.h)
       auto scope = phases.scope(Phase::Optimizer);
-      for (auto& p : trained_here_) p.mutable_grad() = torch::Tensor();
+      if (dp_group_) {
+        zero_data_parallel_gradients();
+      } else {
+        for (auto& p : trained_here_) p.mutable_grad() = torch::Tensor();
+      }
     }
     const int m = shape_.microbatches, p = shape_.ranks, rank = group_->rank(), last = shape_.stages() - 1;
     const std::int64_t rows = batch.inputs.size(0) / m;
@@ -197,7 +240,11 @@ class PipelineStrategy final : public Strategy {
       auto scope = phases.scope(Phase::PipelineWait);
       group_->allreduce(loss_sum, "pp: the step's loss from the last stage");
       traffic_.allreduce_bytes += loss_sum.numel() * static_cast<std::int64_t>(loss_sum.element_size());
+      ++traffic_.pipeline_collectives;
     }
+    // Over the dp group first: the tied weights' sum below replaces their gradients with views of
+    // its own buffer (both are sums, so the order does not matter).
+    if (dp_group_) reduce_over_pipelines(loss_sum, phases);
     if (!tied_.empty()) {
       // The tied weights' gradients summed between the stages that use them (the others add zeros),
       // in one all-reduce in their own type.
@@ -211,6 +258,7 @@ class PipelineStrategy final : public Strategy {
       auto flat = torch::cat(parts);
       group_->allreduce(flat, "pp: the tied weights' gradients");
       traffic_.allreduce_bytes += flat.numel() * static_cast<std::int64_t>(flat.element_size());
+      ++traffic_.pipeline_collectives;
       std::int64_t offset = 0;
       for (const auto& tie : tied_) {
         auto& t = all_parameters_[tie.index];
@@ -263,12 +311,77 @@ class PipelineStrategy final : public Strategy {
     line.unit_parameters = plan_.unit_parameters;
     line.unit_profile_seconds = plan_.unit_profile_seconds;
     c.pipeline = line;
+    if (mesh_) {
+      // Each dimension's traffic apart: pp's sends and its loss and tied-weight sums, dp's gradients.
+      for (const auto& dim : mesh_->dimensions()) {
+        CommSummary::MeshTraffic d{dim.name, dim.size};
+        if (dim.name == "pp") {
+          d.bytes_per_step = c.bytes_per_step + c.point_to_point_bytes_per_step;
+          d.collectives_per_step = static_cast<int>(traffic_.pipeline_collectives / traffic_.steps);
+        } else if (dim.name == "dp") {
+          d.bytes_per_step = traffic_.data_parallel_bytes / traffic_.steps;
+          d.collectives_per_step = static_cast<int>(traffic_.data_parallel_collectives / traffic_.steps);
+        }
+        c.mesh.push_back(d);
+      }
+    }
     return c;
   }
   void do_reset_measured_stats() override { traffic_ = {}; }
 
  private:
   bool holds_stage(int stage) const { return stage % shape_.ranks == group_->rank(); }
+  int pipelines() const { return dp_group_ ? dp_group_->size() : 1; }
+
+  // This rank's groups on the mesh: its pp group becomes the pipeline's (sends, receives, the loss
+  // and the tied weights), its dp group the one its gradients are summed over.
+  void join_mesh(const Mesh& mesh) {
+    mesh_groups_ = mesh_groups(*group_, mesh);
+    group_ = mesh_groups_[*mesh.find("pp")].get();
+    if (const auto dp = mesh.find("dp")) dp_group_ = mesh_groups_[*dp].get();
+    mesh_ = mesh;
+  }
+
+  // On a mesh the gradients of what this rank trains live in one flat buffer (every trained
+  // parameter's .grad a view of it, as ddp's --grad-as-bucket-view), so that the sum over the dp
+  // group is one all-reduce in place: no copy in and out, and no second copy of them at the peak.
+  void allocate_data_parallel_gradients() {
+    std::int64_t numel = 0;
+    for (const auto& p : trained_here_) {
+      if (p.scalar_type() != trained_here_.front().scalar_type()) {
+        throw CaseFailure("pp: the parameters a stage trains are of different types, and their gradients are summed "
+                          "over dp in one buffer");
+      }
+      numel += p.numel();
+    }
+    if (numel > 0) dp_gradients_ = torch::zeros({numel}, trained_here_.front().options());
+  }
+  // The buffer zeroed and every trained parameter's .grad a view of it again (the tied weights' sum
+  // replaced theirs last step): backward accumulates into it in place, micro-batch by micro-batch.
+  void zero_data_parallel_gradients() {
+    if (!dp_gradients_.defined()) return;
+    dp_gradients_.zero_();
+    std::int64_t offset = 0;
+    for (auto& p : trained_here_) {
+      p.mutable_grad() = dp_gradients_.narrow(0, offset, p.numel()).view(p.sizes());
+      offset += p.numel();
+    }
+  }
+
+  // The gradients of what this rank trains, and the step's loss, summed over its dp group: each
+  // pipeline's micro-batch losses were weighted by their share of the global batch, so the sums are
+  // the global batch's. The gradients in their buffer, in place; the loss (float64) on its own.
+  void reduce_over_pipelines(torch::Tensor& loss_sum, PhaseRecorder& phases) {
+    auto scope = phases.scope(Phase::CommExposed);
+    if (dp_gradients_.defined()) {
+      dp_group_->allreduce(dp_gradients_, "pp: the gradients over the dp group");
+      traffic_.data_parallel_bytes += dp_gradients_.numel() * static_cast<std::int64_t>(dp_gradients_.element_size());
+      ++traffic_.data_parallel_collectives;
+    }
+    dp_group_->allreduce(loss_sum, "pp: the step's loss over the dp group");
+    traffic_.data_parallel_bytes += loss_sum.numel() * static_cast<std::int64_t>(loss_sum.element_size());
+    ++traffic_.data_parallel_collectives;
+  }
 
   // Which ranks' stages use each parameter: those hold it (and train it), the others free it. One
   // that several ranks use (a tied weight) has its gradient summed between them each step. A
@@ -383,10 +496,14 @@ class PipelineStrategy final : public Strategy {
   }
 
   struct Traffic {
-    std::int64_t steps = 0, allreduce_bytes = 0, sent_bytes = 0;
+    std::int64_t steps = 0, allreduce_bytes = 0, sent_bytes = 0, pipeline_collectives = 0;
+    std::int64_t data_parallel_bytes = 0, data_parallel_collectives = 0;  // over the mesh's dp group
   };
 
-  ProcessGroupContext* group_ = nullptr;
+  ProcessGroupContext* group_ = nullptr;  // the pipeline's: the world's, or the mesh's pp dimension's
+  std::optional<Mesh> mesh_;
+  std::vector<std::unique_ptr<ProcessGroupContext>> mesh_groups_;  // this rank's, one per dimension
+  ProcessGroupContext* dp_group_ = nullptr;                         // the mesh's dp dimension's, if any
   const Workload* workload_ = nullptr;
   std::int64_t global_batch_ = 1;
   c10::Device device_{c10::kCPU};
@@ -401,6 +518,7 @@ class PipelineStrategy final : public Strategy {
   std::vector<std::vector<std::int64_t>> shapes_;
   std::vector<std::int64_t> numels_;
   std::vector<torch::Tensor> held_here_, trained_here_;
+  torch::Tensor dp_gradients_;  // on a mesh: every trained parameter's gradient, flat (their .grad views of it)
   struct Tie {
     std::size_t index;  // into all_parameters_
     bool here;          // held on this rank

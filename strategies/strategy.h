@@ -77,12 +77,13 @@ struct StrategyOptions {
   PipelineOptions pipeline;
   TensorParallelOptions tp;
   // --mesh as parsed and checked (distributed/mesh.h's text, "dp=2,tp=2"); empty: none, each
-  // strategy over the whole world. tp composes with dp or fsdp on it (docs/mesh.md).
+  // strategy over the whole world. tp composes with dp or fsdp on it, pp with dp (docs/mesh.md).
   std::string mesh;
 };
-// The mesh dimensions --mesh knows, and those tp runs on (it needs its own, "tp"; one of dp and fsdp).
+// The mesh dimensions --mesh knows: a model-parallel one (tp or pp, whose strategy runs on the mesh)
+// and a data-parallel one (dp or fsdp).
 inline const std::vector<std::string>& mesh_dimension_names() {
-  static const std::vector<std::string> names{"dp", "fsdp", "tp"};
+  static const std::vector<std::string> names{"dp", "fsdp", "tp", "pp"};
   return names;
 }
 

@@ -86,7 +86,8 @@ struct Share {
 int tensor_parallel_size(const CaseSpec& spec, const StrategyOptions& options) {
   if (options.mesh.empty()) return spec.world_size;
   const Mesh mesh = Mesh::parse(options.mesh, mesh_dimension_names(), spec.world_size);
-  return mesh.dimensions()[*mesh.find("tp")].size;
+  const auto tp = mesh.find("tp");
+  return tp ? mesh.dimensions()[*tp].size : 0;  // 0: the mesh has no tp dimension
 }
 
 class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
@@ -96,6 +97,7 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
     if (devices.is_cuda() && !compat::have_nccl()) return "this LibTorch has no NCCL, which tp needs on CUDA";
     const Workload& workload = WorkloadRegistry::instance().get(spec.workload);
     const int t = tensor_parallel_size(spec, options);
+    if (t == 0) return "tp runs on a mesh with a tp dimension, and " + options.mesh + " has none";
     const std::string ranks = options.mesh.empty() ? " ranks (--world-size)" : " ranks (--mesh's tp)";
     if (options.tp.sequence_parallel) {
       const std::int64_t tokens = workload.sequence_parallel_length();

@@ -192,6 +192,20 @@ def test_memory_is_the_largest_stage_and_stage_zeros_activations():
     assert p.memory_per_device_bytes == pytest.approx(1000 * 16 + 1e6 * 0.5 * 1 * 4)
 
 
+def test_a_case_run_on_a_mesh_is_refused_naming_it(tmp_path):
+    """A pp case of --mesh dp=2,pp=2 ran four ranks as two pipelines of two on half the batch each:
+    read as one pipeline of four it would lie, so it is refused, saying so."""
+    path = tmp_path / "run.json"
+    subprocess.run([EXE, "--strategy", "pp", "--mesh", "dp=2,pp=2", "--workload", "mlp", "--device", "cpu",
+                    "--threads", "1", "--batch", "12", "--steps", "2", "--warmup", "1", "--repetitions", "1",
+                    "--target-precision", "0", "--parity-steps", "0", "--json", str(path)], check=True,
+                   stdout=subprocess.DEVNULL)
+    (c,) = [c for c in model.measured_cases(json.loads(path.read_text())) if c.strategy == "pp"]
+    assert c.mesh == "dp=2,pp=2"
+    p = model.Projector(net(), "weak").project(c, "pp", 2)
+    assert p.status == "refused" and "ran on the mesh dp=2,pp=2 (--mesh), which is not projected yet" in p.reason
+
+
 def test_refusals_say_why():
     proj = model.Projector(net(), "weak")
     c = pp_case([1.0] * 4, [(0, 2), (2, 4)], microbatches=4)

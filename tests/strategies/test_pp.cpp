@@ -1,8 +1,9 @@
 // pp: whole runs of real rank processes. Parity with single in float64 under every schedule at
 // world 2 to 4 (mlp's four layers, cut evenly), with the pipeline the ranks ran and its bubble per
-// rank in the JSON; each rank holds its own stages' parameters only; the waits on neighbours are a
-// phase of their own and spans in the trace, as each micro-batch's forward and backward are; a case
-// the shape does not fit is skipped saying why; the flags that do not apply. (A killed or hung
+// rank in the JSON, and on the mesh dp=2,pp=2 with each dimension's traffic; each rank holds its
+// own stages' parameters only; the waits on neighbours are a phase of their own and spans in the
+// trace, as each micro-batch's forward and backward are; a case the shape does not fit is skipped
+// saying why; the flags that do not apply. (A killed or hung
 // stage: test_strategies.cpp, for every strategy whose ranks are processes.)
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -285,6 +286,81 @@ TEST(PpRun, TraceShowsEachMicroBatchsForwardBackwardAndWaits) {
     // Rank 1 waits for each micro-batch's activation, rank 0 for each one's gradient.
     EXPECT_GE(trace.events_of(name, "pipeline_wait").size(), 3u * 4);
   }
+}
+
+// On the mesh dp=2,pp=2 (ranks 0 and 1 a pipeline, 2 and 3 the other; 0 and 2 a dp pair): parity
+// with single in float64, each pipeline on its 6 of the 12 samples in 3 micro-batches of 2; each
+// rank holds its stage's parameters only; the pp dimension sends rank 0's activations (3 x 2 x
+// 1024 floats) and sums the loss, the dp dimension the gradients of what rank 0 trains and the
+// loss. With the dp sum left out the pipelines train apart on their halves: parity failed at 0.107
+// (fc4.bias; 2026-11-28).
+TEST(PpMesh, DataParallelOverPipelinesMatchesSingleAndSaysEachDimensionsTraffic) {
+  ScratchDir dir;
+  const auto r = run_process(pp_run(dir.file("r.json"), {"--strategy", "pp", "--mesh", "dp=2,pp=2", "--parity-steps", "3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  EXPECT_EQ(doc["context"]["ddpbench"]["settings"]["strategy_settings"]["mesh"], "dp=2,pp=2");
+  const auto* c = find_case(doc, "mlp/pp/world:4");
+  ASSERT_NE(c, nullptr);
+  const auto& d = (*c)["ddpbench"];
+  ASSERT_EQ(d["status"], "ok") << d["reason"];
+  EXPECT_EQ(d["parity"]["dtype"], "fp64");
+  EXPECT_LE(d["parity"]["max_rel_param_diff"].get<double>(), 1e-9);
+  ASSERT_EQ(d["ranks"].size(), 4u);
+  const std::int64_t first_stage = 784 * 1024 + 1024 + 1024 * 1024 + 1024, last_stage = 1024 * 1024 + 1024 + 1024 * 10 + 10;
+  const std::vector<std::int64_t> held = {first_stage, last_stage, first_stage, last_stage};
+  ASSERT_EQ(d["memory"].size(), 4u);
+  for (std::size_t rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(d["memory"][rank]["parameter_bytes"].get<std::int64_t>(), held[rank] * 4) << "rank " << rank;
+  }
+  const auto& line = d["pipeline"];
+  EXPECT_EQ(line["stages"], 2);
+  EXPECT_EQ(line["microbatches"], 3) << "a pipeline's 6 samples, not the 12";
+  EXPECT_DOUBLE_EQ(line["expected_bubble"].get<double>(), 1.0 / 4);
+  const auto& mesh = d["comm"]["mesh"];
+  ASSERT_EQ(mesh.size(), 2u) << d["comm"].dump();
+  EXPECT_EQ(mesh[0]["name"], "dp");
+  EXPECT_EQ(mesh[0]["size"], 2);
+  EXPECT_EQ(mesh[0]["bytes_per_step"].get<std::int64_t>(), first_stage * 4 + 8) << mesh.dump();
+  EXPECT_EQ(mesh[0]["collectives_per_step"], 2);
+  EXPECT_EQ(mesh[1]["name"], "pp");
+  EXPECT_EQ(mesh[1]["size"], 2);
+  EXPECT_EQ(mesh[1]["bytes_per_step"].get<std::int64_t>(), 3 * 2 * 1024 * 4 + 8) << mesh.dump();
+  EXPECT_EQ(mesh[1]["collectives_per_step"], 1);
+
+  // transformer, and gpt2 whose tied embedding is summed between its stages over pp before its
+  // gradient is summed over dp; interleaved 1F1B (two stages a rank) on mlp.
+  for (const auto& extra : std::vector<std::vector<std::string>>{
+           {"--workload", "transformer,gpt2", "--gpt2-size", "2:4:64:512", "--seq-len", "8", "--batch", "8"},
+           {"--pp-schedule", "interleaved-1f1b", "--batch", "8"}}) {
+    std::vector<std::string> args = {"--strategy", "pp", "--mesh", "dp=2,pp=2", "--parity-steps", "3", "--steps", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto more = run_process(pp_run(dir.file("more.json"), args));
+    ASSERT_EQ(more.exit_code, 0) << more.err;
+    const json more_doc = json::parse(read_text(dir.file("more.json")));
+    int cases = 0;
+    for (const auto& b : more_doc["benchmarks"]) {
+      if (b["run_type"] != "iteration") continue;
+      ++cases;
+      EXPECT_EQ(b["ddpbench"]["status"], "ok") << b["run_name"] << ": " << b["ddpbench"]["reason"];
+      EXPECT_LE(b["ddpbench"]["parity"]["max_rel_param_diff"].get<double>(), 1e-9) << b["run_name"];
+    }
+    EXPECT_GE(cases, 1);
+  }
+}
+
+// What a pp mesh cannot run is skipped saying why: a batch the pipelines do not share evenly, and
+// tp asked for beside pp on a mesh that has no tp dimension.
+TEST(PpMesh, SkipsWhatTheMeshCannotRunSayingWhy) {
+  ScratchDir dir;
+  const auto r = run_process(pp_run(dir.file("r.json"), {"--strategy", "pp,tp", "--mesh", "dp=2,pp=2", "--batch", "7",
+                                                         "--parity-steps", "0"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  EXPECT_EQ((*find_case(doc, "mlp/pp/world:4"))["ddpbench"]["reason"],
+            "the batch of 7 does not divide among the 2 pipelines (--mesh's dp)");
+  EXPECT_EQ((*find_case(doc, "mlp/tp/world:4"))["ddpbench"]["reason"],
+            "tp runs on a mesh with a tp dimension, and dp=2,pp=2 has none");
 }
 
 TEST(PpCli, FlagsThatCannotApplyAreOneLineAndExit2) {
