@@ -11,14 +11,16 @@ each run stopped after --peer-timeout seconds and reported as hung.
 
 With --dp D the ranks are the 2-D mesh dp=D,pp=WORLD/D: ddpbench `pp --mesh dp=D,pp=P`, and the
 peer's stages each wrapped in PyTorch's DDP over their dp group (python_pp_loop.py --dp), the
-composition torchtitan runs; --microbatches then counts a pipeline's share of the batch.
+composition torchtitan runs; --microbatches then counts a pipeline's share of the batch. With
+--dp-kind fsdp the mesh is fsdp=D,pp=P: ddpbench `pp --mesh fsdp=D,pp=P`, and the peer's stages each
+one FSDP2 unit (fully_shard, reshard_after_forward=False) over their fsdp group.
 
 Rounds are interleaved (benchmarks/interleave.py), each run fresh rank processes; a run's figures
 are rank 0's mean step time and its peak bytes (ddpbench: device 0's peak_allocated_bytes; the peer:
 every thread's malloc counted by benchmarks/heap_counter.c, preloaded).
 
     benchmarks/compare_pp.py [--rounds 5] [--steps 20] [--warmup 5] [--batch 128] [--world 2] [--microbatches 4]
-                             [--dp D]
+                             [--dp D] [--dp-kind dp|fsdp]
 """
 import json
 import os
@@ -40,13 +42,15 @@ def main():
     p.add_argument("--peer-as-shipped", action="store_true", help="the peer without upstream's fix of its p2p waits")
     p.add_argument("--peer-timeout", type=float, default=120, help="seconds before a peer run counts as hung")
     p.add_argument("--dp", type=int, default=1, help="pipelines (the mesh dp=D,pp=WORLD/D); 1: one pipeline of --world")
+    p.add_argument("--dp-kind", choices=["dp", "fsdp"], default="dp",
+                   help="how the pipelines share the work: dp (gradients all-reduced) or fsdp (stages sharded)")
     args = p.parse_args()
     if args.dp < 1 or args.world % args.dp != 0 or args.world // args.dp < 2:
         p.error(f"--dp: {args.dp} does not divide --world {args.world} into pipelines of 2 stages or more")
     stages = args.world // args.dp
     # ddpbench's even cut of mlp's four units, given to both sides by hand (where each stage after the first begins)
     cuts = ",".join(str(begin) for begin, _ in even_split(4, stages)[1:])
-    layout = ["--world-size", str(args.world)] if args.dp == 1 else ["--mesh", f"dp={args.dp},pp={stages}"]
+    layout = ["--world-size", str(args.world)] if args.dp == 1 else ["--mesh", f"{args.dp_kind}={args.dp},pp={stages}"]
     peaks = {}
     hung = {}
 
@@ -73,7 +77,7 @@ def main():
             if not args.peer_as_shipped:
                 cmd.append("--wait-all-p2p")
             if args.dp > 1:
-                cmd += ["--dp", str(args.dp)]
+                cmd += ["--dp", str(args.dp), "--dp-kind", args.dp_kind]
             try:
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, timeout=args.peer_timeout,
                                      start_new_session=True).stdout
@@ -98,7 +102,7 @@ def main():
         print(f"{name}: hung in {count} of {args.rounds} rounds (stopped after {args.peer_timeout:g} s)")
     samples = {n: v for n, v in samples.items() if not any(x != x for x in v)}
     base = "ddpbench pp 1f1b"
-    shape = f"{stages} stages" if args.dp == 1 else f"the mesh dp={args.dp},pp={stages} (pipelines of {stages} stages)"
+    shape = f"{stages} stages" if args.dp == 1 else f"the mesh {args.dp_kind}={args.dp},pp={stages} (pipelines of {stages} stages)"
     report(args, samples, f"mlp, {shape} (Gloo), cut at layer(s) {cuts}, global batch {args.batch}, "
            f"{args.microbatches} micro-batches, 1 thread per rank, {args.steps} steps after {args.warmup} warm-up, "
            f"{args.rounds} interleaved rounds", base, label="run")

@@ -16,7 +16,11 @@ With --dp D (ddpbench's --mesh dp=D,pp=WORLD/D) the ranks are a 2-D grid laid ou
 ddpbench lays it: rank r is stage r % P of pipeline r // P. Each pipeline trains on its dp rank's
 samples of the global batch (d, d + D, ...: ddpbench's sampler's), and each stage's module is
 wrapped in PyTorch's DDP over its dp group: PipelineStage runs all but the last micro-batch's
-backward under no_sync, so the gradients are all-reduced once a step (torchtitan's PP x DDP).
+backward under no_sync, so the gradients are all-reduced once a step (torchtitan's PP x DDP). With
+--dp-kind fsdp (ddpbench's --mesh fsdp=D,pp=P) each stage's module is instead one FSDP2 unit over
+its fsdp group (fully_shard, reshard_after_forward=False, as torchtitan runs FSDP under PP and as
+ddpbench gathers a stage for the whole step); PipelineStage defers its gradient sync to the last
+micro-batch's backward.
 
 After the timed steps one more step is measured for its peak on rank 0 (the first stage), as
 python_fsdp_loop.py does (benchmarks/heap_peak.py).
@@ -24,7 +28,7 @@ python_fsdp_loop.py does (benchmarks/heap_peak.py).
 Prints rank 0's figures as JSON: {"step_ms": [...], "peak_bytes": N, "held_bytes": N, "peak_method": ...}.
 
     python_pp_loop.py STEPS WARMUP GLOBAL_BATCH THREADS_PER_RANK WORLD SCHEDULE MICROBATCHES CUTS [--wait-all-p2p]
-                      [--dp D]
+                      [--dp D] [--dp-kind dp|fsdp]
 
 SCHEDULE: gpipe or 1f1b; CUTS: the layers where stages begin after the first, "2" for [0,2) [2,4)
 (a pipeline's stages: WORLD / D of them).
@@ -78,7 +82,8 @@ def mesh_groups(rank, world, dp):
     return pipeline_group, data_group
 
 
-def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microbatches, cuts, wait_all, dp, queue):
+def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microbatches, cuts, wait_all, dp, dp_kind,
+              queue):
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     if wait_all:
@@ -86,7 +91,14 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microb
     join_gloo_group(rank, world, port, threads)
     pp = world // dp
     stage_index, dp_rank = rank % pp, rank // pp
-    pipeline_group, data_group = mesh_groups(rank, world, dp)
+    if dp_kind == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from python_fsdp_loop import complete_cpu_streams
+        complete_cpu_streams()  # torch 2.6's CPU streams, as FSDP2 calls them (see there)
+        mesh = init_device_mesh("cpu", (dp, pp), mesh_dim_names=("fsdp", "pp"))
+        pipeline_group, data_group = mesh["pp"].get_group(), None
+    else:
+        pipeline_group, data_group = mesh_groups(rank, world, dp)
     data = MlpBatches(batch)
     heap = heap_counter()
     torch.manual_seed(42)
@@ -96,6 +108,9 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microb
     part = nn.Sequential(*layers[bounds[stage_index]:bounds[stage_index + 1]])
     del layers
     module = part if data_group is None else nn.parallel.DistributedDataParallel(part, process_group=data_group)
+    if dp_kind == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+        module = fully_shard(part, mesh=mesh["fsdp"], reshard_after_forward=False)
     stage = PipelineStage(module, stage_index, pp, torch.device("cpu"), group=pipeline_group)
     kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
     pipe = kind(stage, n_microbatches=microbatches, loss_fn=nn.functional.cross_entropy)
@@ -122,11 +137,18 @@ def rank_main(rank, world, port, steps, warmup, batch, threads, schedule, microb
 
 def main():
     argv = sys.argv[1:]
-    dp = 1
+    dp, dp_kind = 1, "dp"
     if "--dp" in argv:
         at = argv.index("--dp")
         dp = int(argv[at + 1])
         del argv[at:at + 2]
+    if "--dp-kind" in argv:
+        at = argv.index("--dp-kind")
+        dp_kind = argv[at + 1]
+        del argv[at:at + 2]
+    if dp_kind not in ("dp", "fsdp"):
+        print(f"python_pp_loop.py: --dp-kind: dp or fsdp, not {dp_kind!r}", file=sys.stderr)
+        return 2
     args = [a for a in argv if not a.startswith("--")]
     steps, warmup, batch, threads, world = (int(a) for a in args[:5])
     schedule, microbatches = args[5], int(args[6])
@@ -135,7 +157,8 @@ def main():
         print(f"python_pp_loop.py: {len(cuts) + 1} stages a pipeline for {world} ranks in {dp} pipeline(s)", file=sys.stderr)
         return 2
     figures, rc = run_ranks("python_pp_loop.py", rank_main, world,
-                            (steps, warmup, batch, threads, schedule, microbatches, cuts, "--wait-all-p2p" in argv, dp))
+                            (steps, warmup, batch, threads, schedule, microbatches, cuts, "--wait-all-p2p" in argv, dp,
+                             dp_kind))
     if figures is not None:
         print(json.dumps(figures))
     return rc

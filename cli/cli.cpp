@@ -299,9 +299,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   app.add_flag("--no-prefetch", no_prefetch, "fsdp: all-gather each unit when it runs, not while the one before it computes");
   std::string mesh;
   app.add_option("--mesh", mesh,
-                 "tp, pp: the ranks on a grid of named dimensions, dp=D,tp=T, fsdp=F,tp=T or dp=D,pp=P (the product = "
-                 "--world-size): tp over each group of T ranks (pp: a pipeline of P stages), and data parallel (dp: "
-                 "the gradients all-reduced; fsdp: fsdp's sharded units) over the other groups (docs/mesh.md)");
+                 "tp, pp: the ranks on a grid of named dimensions, dp=D,tp=T, fsdp=F,tp=T, dp=D,pp=P or fsdp=F,pp=P "
+                 "(the product = --world-size): tp over each group of T ranks (pp: a pipeline of P stages), and data "
+                 "parallel (dp: the gradients all-reduced; fsdp: the parameters sharded) over the other groups "
+                 "(docs/mesh.md)");
   bool sequence_parallel = false;
   app.add_flag("--sequence-parallel", sequence_parallel,
                "tp: each block's all-reduces become a reduce-scatter into shares of the sequence and an all-gather "
@@ -476,10 +477,12 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     parsed_mesh = Mesh::parse(mesh, mesh_dimension_names(), cmd.devices.world_size);
   }
   const bool fsdp_mesh = parsed_mesh && parsed_mesh->find("fsdp");
+  // On fsdp=F,pp=P a stage is one unit gathered for the whole step: neither flag shapes it.
+  const bool fsdp_tp_mesh = fsdp_mesh && parsed_mesh->find("tp");
   for (const auto& [flag, given] : std::vector<std::pair<const char*, bool>>{
            {"--reshard-after-forward", !reshard_after_forward.empty()}, {"--no-prefetch", no_prefetch}}) {
-    if (given && !runs_any_of({"fsdp"}) && !fsdp_mesh) {
-      throw UsageError(std::string(flag) + ": applies to fsdp (or a --mesh with fsdp) only, which --strategy does not include");
+    if (given && !runs_any_of({"fsdp"}) && !fsdp_tp_mesh) {
+      throw UsageError(std::string(flag) + ": applies to fsdp (or a --mesh with fsdp and tp) only, which --strategy does not include");
     }
   }
   if (parsed_mesh) {
@@ -495,9 +498,6 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (!runs_any_of({runs_on_it})) {
       throw UsageError("--mesh: " + mesh + " runs " + runs_on_it + " on its " + runs_on_it +
                        " dimension, and --strategy does not include it");
-    }
-    if (pp_mesh && parsed.find("fsdp")) {
-      throw UsageError("--mesh: fsdp over pp is not built yet (dp=D,pp=P is: each pipeline's gradients all-reduced over dp)");
     }
     if (parsed.find("dp") && parsed.find("fsdp")) {
       throw UsageError("--mesh: dp and fsdp both split the batch and reduce the gradients; a mesh takes one of them");

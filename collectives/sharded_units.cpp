@@ -3,6 +3,7 @@
 #include <ATen/ops/mul.h>
 #include <c10/core/StorageImpl.h>
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -39,6 +40,9 @@ ShardedUnits::ShardedUnits(std::vector<torch::Tensor> parameters, std::vector<st
       options_(options),
       comm_(/*inline_jobs=*/group.kind() == DeviceKind::Cuda || !options.overlap) {
   if (parameters_.empty()) throw std::logic_error("ShardedUnits: a model without parameters");
+  if (options_.gradients_at_finish && options_.gather_dtype) {
+    throw std::logic_error("ShardedUnits: gradients_at_finish with a gather dtype of its own");
+  }
   constexpr std::size_t kNone = static_cast<std::size_t>(-1);
   unit_of_.assign(parameters_.size(), kNone);
   slot_of_.assign(parameters_.size(), 0);
@@ -211,6 +215,16 @@ void ShardedUnits::begin_step(double grad_scale, PhaseRecorder* phases) {
     forward_order_.clear();
     loss_.zero_();
     armed_ = true;
+    if (options_.gradients_at_finish) {
+      // Backward accumulates into the units' buffers in place, micro-batch after micro-batch.
+      for (auto& unit : units_) {
+        unit.flat_grads = torch::zeros({unit.numel}, unit.shard.options());
+        for (std::size_t s = 0; s < unit.params.size(); ++s) {
+          auto& p = parameters_[unit.params[s]];
+          p.mutable_grad() = unit.flat_grads.narrow(0, unit.offsets[s], p.numel()).view(p.sizes());
+        }
+      }
+    }
     if (units_.back().root) post_gather(units_.size() - 1);
     // The first unit's all-gather goes out with the root's, before forward needs it.
     if (options_.prefetch && !units_.front().root && units_.front().held == Held::Freed) post_gather(0);
@@ -280,6 +294,7 @@ void ShardedUnits::fill_gradient_buffer(std::size_t u) {
 }
 
 void ShardedUnits::on_gradient_ready(std::size_t param) {
+  if (options_.gradients_at_finish) return;  // autograd accumulates them; finish_backward() takes them
   std::lock_guard<std::mutex> lock(mutex_);
   if (!armed_ || ready_[param]) return;  // outside a step, or a second accumulation (none in ddpbench)
   ready_[param] = 1;
@@ -330,6 +345,17 @@ torch::Tensor ShardedUnits::finish_backward() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!armed_) throw std::logic_error("ShardedUnits::finish_backward without begin_step");
+    if (options_.gradients_at_finish) {
+      // Every gradient is in its unit's buffer already (zeros for a parameter backward never
+      // reached: each counts as used): weighted in place, and the parameters let go of their views.
+      torch::NoGradGuard no_grad;
+      for (auto& unit : units_) {
+        unit.pending = 0;
+        unit.flat_grads.mul_(scale_);
+        for (auto k : unit.params) parameters_[k].mutable_grad() = torch::Tensor();
+      }
+      std::fill(ready_.begin(), ready_.end(), 1);
+    }
     // A unit with a parameter that took no part in this backward is filled now: its gradients so far,
     // zeros for the rest.
     for (std::size_t u = 0; u < units_.size(); ++u) {

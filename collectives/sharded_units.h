@@ -37,6 +37,12 @@ struct ShardedUnitOptions {
   // Parameters gathered in this dtype (FSDP2's param_dtype, bf16 under --dtype bf16); gradients are
   // reduced in the chunks' own dtype (reduce_dtype fp32). None: the chunks' dtype.
   std::optional<c10::ScalarType> gather_dtype;
+  // Gradients accumulate over several backwards of one step (pp's micro-batches) straight into the
+  // units' gradient buffers (each parameter's .grad a view of its unit's, from begin_step()), and
+  // finish_backward() reduce-scatters them: nothing is reduced during backward, as under FSDP2's
+  // set_requires_gradient_sync(False) until the last one. Not with gather_dtype (a .grad takes its
+  // parameter's dtype, and the buffers are the chunks').
+  bool gradients_at_finish = false;
 };
 
 struct UnitTraffic {

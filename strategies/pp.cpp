@@ -17,6 +17,10 @@
 // the gradients of what it trains, and the step's loss, over its dp group, in one flat buffer after
 // the last backward (not overlapped with it, as torch.distributed.pipelining's DDP over a stage
 // is). Micro-batch losses enter weighted by their share of the global batch, so the sum is single's.
+// On --mesh fsdp=F,pp=P the F pipelines shard instead what each stage holds over their fsdp group,
+// as one FSDP unit a stage (collectives/sharded_units.h): gathered as the step begins and kept for
+// its micro-batches (FSDP2 under pipelining: reshard_after_forward off), the gradients accumulated
+// over them and reduce-scattered once after the schedule into the chunks the optimizer steps.
 // docs/pipeline.md says what is measured and what is not built yet.
 #include <algorithm>
 #include <map>
@@ -25,6 +29,7 @@
 #include <unordered_set>
 
 #include "base/errors.h"
+#include "collectives/sharded_units.h"
 #include "compat/c10d_compat.h"
 #include "distributed/mesh.h"
 #include "distributed/process_group.h"
@@ -41,14 +46,14 @@ using pipeline::PipelineShape;
 using pipeline::ScheduleKind;
 
 // The ranks of one pipeline and of the data parallelism over the pipelines: the mesh's pp and dp
-// sizes, or the world and 1. pp 0: the mesh has no pp dimension.
+// (or fsdp) sizes, or the world and 1. pp 0: the mesh has no pp dimension.
 struct PipelineRanks {
   int pp = 1, dp = 1;
 };
 PipelineRanks pipeline_ranks(const CaseSpec& spec, const StrategyOptions& options) {
   if (options.mesh.empty()) return {spec.world_size, 1};
   const Mesh mesh = Mesh::parse(options.mesh, mesh_dimension_names(), spec.world_size);
-  const auto pp = mesh.find("pp"), dp = mesh.find("dp");
+  const auto pp = mesh.find("pp"), dp = mesh.find("dp") ? mesh.find("dp") : mesh.find("fsdp");
   return {pp ? mesh.dimensions()[*pp].size : 0, dp ? mesh.dimensions()[*dp].size : 1};
 }
 
@@ -105,7 +110,7 @@ class PipelineStrategy final : public Strategy {
     if (ranks.pp == 0) return "pp runs on a mesh with a pp dimension, and " + options.mesh + " has none";
     if (spec.global_batch % ranks.dp != 0) {
       return "the batch of " + std::to_string(spec.global_batch) + " does not divide among the " + std::to_string(ranks.dp) +
-             " pipelines (--mesh's dp)";
+             " pipelines (--mesh's " + (options.mesh.find("fsdp") != std::string::npos ? "fsdp" : "dp") + ")";
     }
     const std::int64_t batch = spec.global_batch / ranks.dp;
     const std::string whose = ranks.dp > 1 ? "a pipeline's batch of " : "the batch of ";
@@ -134,13 +139,14 @@ class PipelineStrategy final : public Strategy {
   // Every rank of a pipeline reads its dp group's share of the batch (all of it without a mesh):
   // the first stage its inputs, the last its targets.
   DataShard do_data_shard() const override {
-    return dp_group_ ? DataShard{dp_group_->rank(), dp_group_->size()} : DataShard{0, 1};
+    return data_group_ ? DataShard{data_group_->rank(), data_group_->size()} : DataShard{0, 1};
   }
   std::optional<c10::Device> do_batch_device() const override { return device_; }
 
   void do_setup(const StrategySetup& setup) override {
     auto placed = place_model_on_rank(setup, "pp");
     ProcessGroupContext& world = *placed.group;
+    world_ = placed.group;
     group_ = placed.group;
     if (!setup.options.mesh.empty()) join_mesh(Mesh::parse(setup.options.mesh, mesh_dimension_names(), world.size()));
     device_ = placed.device;
@@ -159,7 +165,8 @@ class PipelineStrategy final : public Strategy {
                         global_batch_ / pipelines() / shape_.microbatches, device_, precision_, world);
     spans_ = plan_.spans;
     assign_parameters();
-    optimizer_ = setup.make_optimizer(trained_here_);
+    if (fsdp_group_) shard_stage(setup);
+    optimizer_ = setup.make_optimizer(sharded_ ? sharded_->optimizer_parameters() : trained_here_);
     if (dp_group_) allocate_data_parallel_gradients();
   }
 
@@ -168,10 +175,15 @@ class PipelineStrategy final : public Strategy {
       auto scope = phases.scope(Phase::Optimizer);
       if (dp_group_) {
         zero_data_parallel_gradients();
+      } else if (sharded_) {
+        sharded_->free_gradients();
       } else {
         for (auto& p : trained_here_) p.mutable_grad() = torch::Tensor();
       }
     }
+    // Micro-batch losses enter already weighted by their share of the global batch: the chunks'
+    // gradients are the sums over the fsdp group as they are.
+    if (sharded_) sharded_->begin_step(1.0, &phases);
     const int m = shape_.microbatches, p = shape_.ranks, rank = group_->rank(), last = shape_.stages() - 1;
     const std::int64_t rows = batch.inputs.size(0) / m;
     const double share = static_cast<double>(rows) / static_cast<double>(global_batch_);
@@ -242,8 +254,7 @@ class PipelineStrategy final : public Strategy {
       traffic_.allreduce_bytes += loss_sum.numel() * static_cast<std::int64_t>(loss_sum.element_size());
       ++traffic_.pipeline_collectives;
     }
-    // Over the dp group first: the tied weights' sum below replaces their gradients with views of
-    // its own buffer (both are sums, so the order does not matter).
+    // Over the dp group, then the tied weights over pp (both are sums, so the order does not matter).
     if (dp_group_) reduce_over_pipelines(loss_sum, phases);
     if (!tied_.empty()) {
       // The tied weights' gradients summed between the stages that use them (the others add zeros),
@@ -263,13 +274,32 @@ class PipelineStrategy final : public Strategy {
       for (const auto& tie : tied_) {
         auto& t = all_parameters_[tie.index];
         const auto numel = numels_[tie.index];
-        if (tie.here) t.mutable_grad() = flat.narrow(0, offset, numel).view(t.sizes());
+        // In place where it has one: it may be a view of a buffer that a collective reads next (the
+        // dp sum's or the fsdp unit's).
+        if (tie.here) {
+          auto summed = flat.narrow(0, offset, numel).view(t.sizes());
+          if (t.grad().defined()) {
+            t.mutable_grad().copy_(summed);
+          } else {
+            t.mutable_grad() = summed;
+          }
+        }
         offset += numel;
       }
     }
+    if (sharded_) {
+      // The stage's gradients reduce-scattered over the fsdp group, and the loss summed over it.
+      sharded_->set_loss(loss_sum);
+      loss_sum = sharded_->finish_backward().to(torch::kDouble);
+    } else if (fsdp_group_) {
+      fsdp_group_->allreduce(loss_sum, "pp: the step's loss over the fsdp group");  // a stage that trains nothing
+    }
     {
       auto scope = phases.scope(Phase::Optimizer);
-      if (scaler_.enabled()) agree_on_overflow(trained_here_, device_, *group_);
+      // Sharded, each rank's chunks are its own: every rank of the world must agree.
+      if (scaler_.enabled()) {
+        agree_on_overflow(sharded_ ? sharded_->optimizer_parameters() : trained_here_, device_, sharded_ ? *world_ : *group_);
+      }
       scaler_.step(*optimizer_);
     }
     ++traffic_.steps;
@@ -280,9 +310,18 @@ class PipelineStrategy final : public Strategy {
   // first stage's rank only) and zeros for the rest, summed over the ranks.
   std::vector<torch::Tensor> do_trained_parameters() override {
     torch::NoGradGuard no_grad;
+    // Sharded, what this rank trains is gathered over its fsdp group first (between steps its
+    // parameters' full buffer is freed).
+    std::unordered_map<const void*, torch::Tensor> gathered;
+    if (sharded_) {
+      const auto full = sharded_->gather_full_parameters();
+      for (std::size_t k = 0; k < trained_here_.size(); ++k) gathered[trained_here_[k].unsafeGetTensorImpl()] = full[k];
+    }
     std::vector<torch::Tensor> out;
     for (std::size_t i = 0; i < all_parameters_.size(); ++i) {
-      auto whole = owner_[i] == group_->rank() ? all_parameters_[i].detach().clone()
+      const auto found = gathered.find(all_parameters_[i].unsafeGetTensorImpl());
+      const torch::Tensor& mine = found != gathered.end() ? found->second : all_parameters_[i];
+      auto whole = owner_[i] == group_->rank() ? mine.detach().clone()
                                                : torch::zeros(shapes_[i], all_parameters_[i].options());
       group_->allreduce(whole, "pp: gathering the trained parameters");
       out.push_back(whole);
@@ -321,25 +360,49 @@ class PipelineStrategy final : public Strategy {
         } else if (dim.name == "dp") {
           d.bytes_per_step = traffic_.data_parallel_bytes / traffic_.steps;
           d.collectives_per_step = static_cast<int>(traffic_.data_parallel_collectives / traffic_.steps);
+        } else if (dim.name == "fsdp" && sharded_ && sharded_->traffic().steps > 0) {
+          const auto& u = sharded_->traffic();
+          d.bytes_per_step = (u.all_gather_bytes + u.reduce_scatter_bytes + u.allreduce_bytes) / u.steps;
+          d.collectives_per_step = static_cast<int>(u.collectives / u.steps);
         }
         c.mesh.push_back(d);
       }
     }
     return c;
   }
-  void do_reset_measured_stats() override { traffic_ = {}; }
+  void do_reset_measured_stats() override {
+    traffic_ = {};
+    if (sharded_) sharded_->reset_traffic();
+  }
 
  private:
   bool holds_stage(int stage) const { return stage % shape_.ranks == group_->rank(); }
-  int pipelines() const { return dp_group_ ? dp_group_->size() : 1; }
+  int pipelines() const { return data_group_ ? data_group_->size() : 1; }
 
   // This rank's groups on the mesh: its pp group becomes the pipeline's (sends, receives, the loss
-  // and the tied weights), its dp group the one its gradients are summed over.
+  // and the tied weights), its dp group the one its gradients are summed over, or its fsdp group
+  // the one what its stage holds is sharded over.
   void join_mesh(const Mesh& mesh) {
     mesh_groups_ = mesh_groups(*group_, mesh);
     group_ = mesh_groups_[*mesh.find("pp")].get();
-    if (const auto dp = mesh.find("dp")) dp_group_ = mesh_groups_[*dp].get();
+    if (const auto dp = mesh.find("dp")) data_group_ = dp_group_ = mesh_groups_[*dp].get();
+    if (const auto fsdp = mesh.find("fsdp")) data_group_ = fsdp_group_ = mesh_groups_[*fsdp].get();
     mesh_ = mesh;
+  }
+
+  // What this rank's stage trains, sharded over its fsdp group as one unit (the root of
+  // ShardedUnits: gathered for the whole step), its gradients taken after the last micro-batch.
+  void shard_stage(const StrategySetup& setup) {
+    if (trained_here_.empty()) return;
+    for (const auto& p : trained_here_) {
+      if (p.scalar_type() != trained_here_.front().scalar_type()) {
+        throw CaseFailure("pp: the parameters a stage trains are of different types, and fsdp shards them as one unit");
+      }
+    }
+    ShardedUnitOptions options;
+    options.overlap = setup.options.ddp.overlap;
+    options.gradients_at_finish = true;
+    sharded_ = std::make_unique<ShardedUnits>(trained_here_, std::vector<std::vector<std::size_t>>{}, *fsdp_group_, options);
   }
 
   // On a mesh the gradients of what this rank trains live in one flat buffer (every trained
@@ -356,8 +419,9 @@ class PipelineStrategy final : public Strategy {
     }
     if (numel > 0) dp_gradients_ = torch::zeros({numel}, trained_here_.front().options());
   }
-  // The buffer zeroed and every trained parameter's .grad a view of it again (the tied weights' sum
-  // replaced theirs last step): backward accumulates into it in place, micro-batch by micro-batch.
+  // The buffer zeroed and every trained parameter's .grad a view of it again (the optimizer step or a
+  // checkpoint load may have dropped one): backward accumulates into it in place, micro-batch by
+  // micro-batch.
   void zero_data_parallel_gradients() {
     if (!dp_gradients_.defined()) return;
     dp_gradients_.zero_();
@@ -503,7 +567,11 @@ class PipelineStrategy final : public Strategy {
   ProcessGroupContext* group_ = nullptr;  // the pipeline's: the world's, or the mesh's pp dimension's
   std::optional<Mesh> mesh_;
   std::vector<std::unique_ptr<ProcessGroupContext>> mesh_groups_;  // this rank's, one per dimension
+  ProcessGroupContext* world_ = nullptr;                            // every rank's
   ProcessGroupContext* dp_group_ = nullptr;                         // the mesh's dp dimension's, if any
+  ProcessGroupContext* fsdp_group_ = nullptr;                       // the mesh's fsdp dimension's, if any
+  ProcessGroupContext* data_group_ = nullptr;                       // whichever of the two the mesh has
+  std::unique_ptr<ShardedUnits> sharded_;                           // fsdp: this stage's parameters, sharded
   const Workload* workload_ = nullptr;
   std::int64_t global_batch_ = 1;
   c10::Device device_{c10::kCPU};

@@ -1,9 +1,9 @@
 // pp: whole runs of real rank processes. Parity with single in float64 under every schedule at
 // world 2 to 4 (mlp's four layers, cut evenly), with the pipeline the ranks ran and its bubble per
-// rank in the JSON, and on the mesh dp=2,pp=2 with each dimension's traffic; each rank holds its
-// own stages' parameters only; the waits on neighbours are a phase of their own and spans in the
-// trace, as each micro-batch's forward and backward are; a case the shape does not fit is skipped
-// saying why; the flags that do not apply. (A killed or hung
+// rank in the JSON, and on the meshes dp=2,pp=2 and fsdp=2,pp=2 with each dimension's traffic;
+// each rank holds its own stages' parameters only; the waits on neighbours are a phase of their own
+// and spans in the trace, as each micro-batch's forward and backward are; a case the shape does not
+// fit is skipped saying why; the flags that do not apply. (A killed or hung
 // stage: test_strategies.cpp, for every strategy whose ranks are processes.)
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -334,6 +334,60 @@ TEST(PpMesh, DataParallelOverPipelinesMatchesSingleAndSaysEachDimensionsTraffic)
            {"--workload", "transformer,gpt2", "--gpt2-size", "2:4:64:512", "--seq-len", "8", "--batch", "8"},
            {"--pp-schedule", "interleaved-1f1b", "--batch", "8"}}) {
     std::vector<std::string> args = {"--strategy", "pp", "--mesh", "dp=2,pp=2", "--parity-steps", "3", "--steps", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto more = run_process(pp_run(dir.file("more.json"), args));
+    ASSERT_EQ(more.exit_code, 0) << more.err;
+    const json more_doc = json::parse(read_text(dir.file("more.json")));
+    int cases = 0;
+    for (const auto& b : more_doc["benchmarks"]) {
+      if (b["run_type"] != "iteration") continue;
+      ++cases;
+      EXPECT_EQ(b["ddpbench"]["status"], "ok") << b["run_name"] << ": " << b["ddpbench"]["reason"];
+      EXPECT_LE(b["ddpbench"]["parity"]["max_rel_param_diff"].get<double>(), 1e-9) << b["run_name"];
+    }
+    EXPECT_GE(cases, 1);
+  }
+}
+
+// On the mesh fsdp=2,pp=2 each stage's parameters are sharded over its fsdp pair as one unit,
+// gathered for the whole step, its gradients accumulated over the micro-batches and reduce-scattered
+// once: parity with single in float64 on mlp (1F1B and interleaved), transformer and gpt2 (its tied
+// embedding summed over pp before the reduce-scatter); each rank holds half its stage between
+// steps; the fsdp dimension gathers and reduce-scatters the stage once a step. With the gradients
+// taken as they first came (each micro-batch's after the first lost), parity failed at 0.054
+// (2026-11-28).
+TEST(PpMesh, FsdpOverPipelinesMatchesSingleAndHoldsHalfOfEachStage) {
+  ScratchDir dir;
+  const auto r = run_process(pp_run(dir.file("r.json"), {"--strategy", "pp", "--mesh", "fsdp=2,pp=2", "--parity-steps", "3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  EXPECT_EQ(doc["context"]["ddpbench"]["settings"]["strategy_settings"]["mesh"], "fsdp=2,pp=2");
+  const auto& d = (*find_case(doc, "mlp/pp/world:4"))["ddpbench"];
+  ASSERT_EQ(d["status"], "ok") << d["reason"];
+  EXPECT_LE(d["parity"]["max_rel_param_diff"].get<double>(), 1e-9);
+  // Both stages' element counts are even: the halves need no padding.
+  const std::int64_t first_stage = 784 * 1024 + 1024 + 1024 * 1024 + 1024, last_stage = 1024 * 1024 + 1024 + 1024 * 10 + 10;
+  const std::vector<std::int64_t> held = {first_stage / 2, last_stage / 2, first_stage / 2, last_stage / 2};
+  ASSERT_EQ(d["memory"].size(), 4u);
+  for (std::size_t rank = 0; rank < 4; ++rank) {
+    const auto& m = d["memory"][rank];
+    EXPECT_EQ(m["parameter_bytes"].get<std::int64_t>(), held[rank] * 4) << "rank " << rank;
+    EXPECT_EQ(m["optimizer_state_bytes"].get<std::int64_t>(), held[rank] * 4) << "rank " << rank << ": SGD momentum";
+  }
+  EXPECT_TRUE(d["phases_ms"].contains("all_gather_exposed")) << d["phases_ms"].dump();
+  const auto& mesh = d["comm"]["mesh"];
+  ASSERT_EQ(mesh.size(), 2u) << d["comm"].dump();
+  EXPECT_EQ(mesh[0]["name"], "fsdp");
+  // One all-gather and one reduce-scatter of rank 0's stage, and the loss (float32).
+  EXPECT_EQ(mesh[0]["bytes_per_step"].get<std::int64_t>(), 2 * first_stage * 4 + 4) << mesh.dump();
+  EXPECT_EQ(mesh[0]["collectives_per_step"], 3);
+  EXPECT_EQ(mesh[1]["name"], "pp");
+  EXPECT_EQ(mesh[1]["bytes_per_step"].get<std::int64_t>(), 3 * 2 * 1024 * 4 + 8) << mesh.dump();
+
+  for (const auto& extra : std::vector<std::vector<std::string>>{
+           {"--workload", "transformer,gpt2", "--gpt2-size", "2:4:64:512", "--seq-len", "8", "--batch", "8"},
+           {"--pp-schedule", "interleaved-1f1b", "--batch", "8"}}) {
+    std::vector<std::string> args = {"--strategy", "pp", "--mesh", "fsdp=2,pp=2", "--parity-steps", "3", "--steps", "2"};
     args.insert(args.end(), extra.begin(), extra.end());
     const auto more = run_process(pp_run(dir.file("more.json"), args));
     ASSERT_EQ(more.exit_code, 0) << more.err;
