@@ -24,10 +24,20 @@ again an optimistic bound. Memory per device: tp's parameters, gradients and opt
 1/D, plus all of a rank's held parameters gathered at once (an upper bound: fsdp gathers a unit or
 two at a time, and a tp case does not say its units), plus tp's measured rest.
 Not projected: a tp case that ran on a mesh itself (it is refused in tensor_parallel.py).
+
+`dp=D,pp=P` and `fsdp=D,pp=P` are projected from a 1-D pp case: each of the D pipelines as
+pipeline.py projects pp at P (on the case's global batch: weak scaling, as there), its compute
+slowed by the contention of the mesh's world against P's, plus what ddpbench adds after the
+pipeline's last backward, none of it hidden: on dp an all-reduce of the largest rank's gradients
+over its D ranks, on fsdp an all-gather of its parameters as the step begins and a reduce-scatter of
+its gradients, each over a dp group whose ranks share their node's NICs with the other stages'
+groups there. Memory per device: pp's at P; on fsdp its parameters, gradients and optimizer state
+less the optimizer state's (D - 1)/D (the stage is gathered whole for the step, its gradients
+accumulated whole, and the chunks kept beside them).
 """
 from dataclasses import replace
 
-from projection import collectives, tensor_parallel
+from projection import collectives, pipeline, tensor_parallel
 from projection.cases import Projection
 
 
@@ -121,3 +131,69 @@ def project_dp_tp(projector, case, world, single, t, kind="dp"):
         else:
             p.memory_per_device_bytes = one_d.memory_per_device_bytes + gradients  # ddp's buckets: a second copy
     return p
+
+
+def pp_sizes(world, chain_units):
+    """The pipeline sizes of `world`'s 2-D layouts with pp: powers of two from 2, no more stages than
+    the chain has units, and a data-parallel dimension of 2 or more."""
+    sizes, p = [], 2
+    while p <= chain_units and world // p >= 2:
+        if world % p == 0:
+            sizes.append(p)
+        p *= 2
+    return sizes
+
+
+def project_dp_pp(projector, case, world, p, kind="dp"):
+    """`dp=world/p,pp=p` (or fsdp=..., `kind`) from `case` (1-D pp): a Projection named by its layout."""
+    d = world // p
+    name = f"{kind}={d},pp={p}"
+    net = projector.network
+    nodes = collectives.nodes_for(world, net.devices_per_node)
+    refused = lambda why: Projection(case.workload, name, world, nodes, "refused", from_case=case.name,  # noqa: E731
+                                     reason=why)
+    if projector.scaling != "weak":
+        return refused("a mesh is projected under weak scaling only (each pipeline on the case's global batch)")
+    one_d, largest = pipeline.project_pp_and_largest_rank(projector, case, p)
+    if one_d.status != "projected":
+        return refused(one_d.reason)
+    per = pipeline.bytes_per_parameter(case)
+    if per is None:
+        return refused(f"{case.name} has no memory by kind in the file: the {kind} dimension's collectives are sized "
+                       "by the stage's parameter and gradient bytes")
+    parameters, gradients, optimizer = (largest * per[k] for k in ("parameter_bytes", "gradient_bytes",
+                                                                   "optimizer_state_bytes"))
+    # A node holds devices_per_node / P ranks of each of its P stages' groups, all on its NICs at
+    # once; a pipeline longer than a node leaves one rank of each group a node.
+    groups_a_node = min(p, net.devices_per_node)
+    dp_net = replace(net, devices_per_node=max(1, net.devices_per_node // p), nics_per_node=net.nics_per_node / groups_a_node)
+    contention = projector.relative_contention(case, world) / projector.relative_contention(case, p)
+    pipeline_s = one_d.step_ms / 1e3 * contention
+    if kind == "fsdp":
+        gather = collectives.all_gather(dp_net, parameters, d)
+        scatter = collectives.reduce_scatter(dp_net, gradients, d)
+        data_parallel_s, algorithms = gather.seconds + scatter.seconds, [gather.algorithm, scatter.algorithm]
+        what = (f"an all-gather of the largest stage's {parameters / 2**20:.3g} MiB of parameters as the step begins "
+                f"and a reduce-scatter of its gradients after the schedule, over {d} ranks")
+    else:
+        allreduce = collectives.allreduce(dp_net, gradients, d)
+        data_parallel_s, algorithms = allreduce.seconds, [allreduce.algorithm]
+        what = f"an all-reduce of the largest stage's {gradients / 2**20:.3g} MiB of gradients after the schedule over {d} ranks"
+    data_parallel_s *= projector.comm_scale(case, world)
+    step = pipeline_s + data_parallel_s
+    assumptions = list(one_d.assumptions) + [
+        f"{name}: each of the {d} pipelines as pp at world {p} projects it, on the case's global batch of "
+        f"{case.global_batch}, its compute slowed {contention:.2f}x (the contention of {world} ranks against {p})",
+        f"{name}: {what} ({data_parallel_s * 1e3:.3g} ms, the {groups_a_node} {kind} groups of a node sharing its "
+        "NICs), all exposed: ddpbench runs it after the pipeline's last backward"]
+    out = projector.record(case, name, world, step, (one_d.comm_ms or 0) / 1e3 + data_parallel_s,
+                           (one_d.exposed_comm_ms or 0) / 1e3 + data_parallel_s, list(one_d.algorithms) + algorithms,
+                           assumptions)
+    out.samples_per_second = d * case.global_batch / step
+    if one_d.memory_per_device_bytes is not None:
+        out.memory_per_device_bytes = one_d.memory_per_device_bytes
+        if kind == "fsdp":
+            out.memory_per_device_bytes += (parameters + gradients + optimizer) / d - optimizer
+            out.assumptions.append(f"{name} memory: pp's at {p}, the stage's optimizer state at 1/{d} and its "
+                                   "parameter and gradient chunks beside the whole stage gathered for the step")
+    return out

@@ -36,7 +36,7 @@ What is measured is kept and only what changes is modelled:
 from projection import collectives, timelines
 from projection.cases import Bucket, MeasuredCase, Projection, ProjectionError, measured_cases  # noqa: F401
 from projection.memory import SHARDS, memory_assumption, memory_per_device, whole_model_bytes
-from projection.mesh import KINDS as LAYOUT_KINDS, project_dp_tp, tp_sizes
+from projection.mesh import KINDS as LAYOUT_KINDS, pp_sizes, project_dp_pp, project_dp_tp, tp_sizes
 from projection.pipeline import project_pp
 from projection.tensor_parallel import project_tp
 from projection.slowdown import Slowdown, fit as fit_slowdown
@@ -309,6 +309,11 @@ class Projector:
         return self._with_band(lambda projector: project_dp_tp(projector, case, world,
                                                                projector.singles.get(case.workload), tp_size, kind))
 
+    def project_pp_layout(self, case, world, pp_size, kind="dp"):
+        """The 2-D layout dp=world/pp_size,pp=pp_size (or fsdp=..., `kind`) from a 1-D pp case (mesh.py),
+        with its band."""
+        return self._with_band(lambda projector: project_dp_pp(projector, case, world, pp_size, kind))
+
     def _with_band(self, point):
         """point(self), and its band: the same projection with every link at the high end of its
         efficiency and the slow-down at its low end, and the other way round."""
@@ -389,6 +394,13 @@ def project_file(doc, network, worlds, scaling="weak", strategies=None):
                 if strategy == "tp":  # and its 2-D layouts with data parallelism (mesh.py)
                     for t, kind in ((t, k) for t in tp_sizes(world, network.devices_per_node) for k in LAYOUT_KINDS):
                         layout = projector.project_layout(base, world, t, kind)
+                        if layout.status == "projected" and at_one.samples_per_second:
+                            layout.scaling_efficiency = layout.samples_per_second / (world * at_one.samples_per_second)
+                        out.append(layout)
+                if strategy == "pp" and base.pipeline:  # its 2-D layouts with data parallelism (mesh.py)
+                    units = len(base.pipeline.get("unit_parameters") or [])
+                    for size, kind in ((s, k) for s in pp_sizes(world, units) for k in LAYOUT_KINDS):
+                        layout = projector.project_pp_layout(base, world, size, kind)
                         if layout.status == "projected" and at_one.samples_per_second:
                             layout.scaling_efficiency = layout.samples_per_second / (world * at_one.samples_per_second)
                         out.append(layout)

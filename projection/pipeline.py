@@ -102,12 +102,18 @@ def rank_stages(rank, ranks, chunks):
 
 def project_pp(projector, case, world):
     """The Projection of pp at `world` ranks from the pp case `case` (projector: model.Projector)."""
+    return project_pp_and_largest_rank(projector, case, world)[0]
+
+
+def project_pp_and_largest_rank(projector, case, world):
+    """project_pp's Projection, and the largest rank's parameters (elements) in the cut it projected
+    (None where it was refused): what a data-parallel dimension over the pipelines reduces (mesh.py)."""
     line = case.pipeline
     network = projector.network
     nodes = collectives.nodes_for(world, network.devices_per_node)
 
     def refused(reason):
-        return Projection(case.workload, "pp", world, nodes, "refused", reason=reason, from_case=case.name)
+        return Projection(case.workload, "pp", world, nodes, "refused", reason=reason, from_case=case.name), None
 
     if case.strategy != "pp" or not line:
         return refused("pp is projected from a pp case: its chain's units and their times are measured, not assumed")
@@ -200,7 +206,7 @@ def project_pp(projector, case, world):
         p.assumptions.append("pp memory: the largest rank's parameters, gradients and optimizer state, plus the "
                              "activations rank 0 holds at once in the schedule played, at the case's bytes per "
                              "unit and row")
-    return p
+    return p, max(ranks_parameters)
 
 
 def _forward_share(case):
@@ -208,6 +214,17 @@ def _forward_share(case):
     backward's usual two matmuls to forward's one, where it measured neither)."""
     forward, backward = case.phase("forward"), case.phase("backward")
     return forward / (forward + backward) if forward > 0 and backward > 0 else 1 / 3
+
+
+def bytes_per_parameter(case):
+    """The case's rank 0's parameter, gradient and optimizer-state bytes per parameter it held, or
+    None where its memory is not split by kind."""
+    line = case.pipeline or {}
+    chunks = int(line.get("chunks_per_rank") or 1)
+    held0 = (_rank_parameters(line, int(line.get("stages") or 0) // chunks, chunks) or [0])[0]
+    if not case.memory or held0 <= 0:
+        return None
+    return {k: case.memory[k] / held0 for k in ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes")}
 
 
 def _rank_parameters(line, ranks, chunks):

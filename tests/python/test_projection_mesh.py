@@ -2,12 +2,21 @@
 from a 1-D tp case and single's, its dp all-reduce over the dp group with the node's NICs shared by
 its T groups and hidden under backward up to backward's length; fsdp=D,tp=T's gathers and
 reduce-scatter hidden under compute, and its memory; refusals; and the layouts ranked beside the
-1-D strategies under --device-memory."""
+1-D strategies under --device-memory. Then pp's layouts, dp=D,pp=P and fsdp=D,pp=P from a 1-D pp
+case: which pipeline sizes, the pipeline at P and its data-parallel collectives all exposed, their
+memory, refusals, and the command listing them beside pp from a real run."""
+import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
 
-from projection import answers, collectives, mesh, model, tensor_parallel  # noqa: E402
+from build_paths import BUILD, ROOT  # noqa: E402
+sys.path.insert(0, ROOT)
+from projection import answers, collectives, mesh, model, pipeline, tensor_parallel  # noqa: E402
+from pp_cases import net as pp_net, pp_case  # noqa: E402
 from tp_cases import MIB, MS, case, net  # noqa: E402
 
 @pytest.mark.parametrize("world, devices_per_node, sizes", [
@@ -130,3 +139,77 @@ def test_where_the_cores_carry_the_transport_nothing_hides_under_compute(kind):
     apart.singles["w"] = single
     q = mesh.project_dp_tp(apart, tp, 16, single, 4, kind)
     assert q.exposed_comm_ms < q.comm_ms  # 600 ms of backward hides a 1 KiB collective elsewhere
+
+
+# ---- the layouts of pp with data parallelism: dp=D,pp=P and fsdp=D,pp=P from a 1-D pp case ----
+
+def test_pp_sizes_are_powers_of_two_within_the_chain_with_a_data_parallel_dimension():
+    assert mesh.pp_sizes(16, 4) == [2, 4]
+    assert mesh.pp_sizes(16, 12) == [2, 4, 8]
+    assert mesh.pp_sizes(6, 4) == [2]  # 4 does not divide 6
+    assert mesh.pp_sizes(4, 4) == [2]  # pp=4 leaves no dp dimension
+    assert mesh.pp_sizes(8, 1) == []  # one unit: no pipeline
+
+
+def a_pp_case():
+    """mlp-like: 4 units of 1 ms and 1000 parameters each, 2 stages of 2, 4 micro-batches; 4 bytes a
+    parameter for each of parameters, gradients and optimizer state (rank 0 holds 2000)."""
+    memory = {"parameter_bytes": 8000.0, "gradient_bytes": 8000.0, "optimizer_state_bytes": 8000.0,
+              "other_bytes": 4000.0}
+    return pp_case([1.0] * 4, [(0, 2), (2, 4)], microbatches=4, memory=memory)
+
+
+@pytest.mark.parametrize("kind", mesh.KINDS)
+def test_a_pp_layout_is_each_pipeline_at_p_plus_its_data_parallel_collectives_all_exposed(kind):
+    c = a_pp_case()
+    projector = model.Projector(pp_net(), "weak")
+    one_d = pipeline.project_pp(projector, c, 2)
+    p = mesh.project_dp_pp(projector, c, 16, 2, kind)
+    assert p.status == "projected" and p.strategy == f"{kind}=8,pp=2"
+    # The dp groups: 8 ranks, 4 a node (devices_per_node 8 / P 2), the node's 2 stages' groups on its NIC.
+    dp_net = replace(pp_net(), devices_per_node=4, nics_per_node=1 / 2)
+    stage_bytes = 2000 * 4.0
+    if kind == "fsdp":
+        added = (collectives.all_gather(dp_net, stage_bytes, 8).seconds
+                 + collectives.reduce_scatter(dp_net, stage_bytes, 8).seconds)
+    else:
+        added = collectives.allreduce(dp_net, stage_bytes, 8).seconds
+    contention = projector.relative_contention(c, 16) / projector.relative_contention(c, 2)
+    assert p.step_ms == pytest.approx(one_d.step_ms * contention + added * 1e3)
+    assert p.exposed_comm_ms == pytest.approx(one_d.exposed_comm_ms + added * 1e3)  # none of it hidden
+    assert p.samples_per_second == pytest.approx(8 * c.global_batch / (p.step_ms / 1e3))
+    if kind == "fsdp":
+        # The stage gathered whole for the step, its optimizer state and chunks at 1/8.
+        expected = one_d.memory_per_device_bytes - 8000 + 3 * 8000 / 8
+    else:
+        expected = one_d.memory_per_device_bytes  # the gradients are the all-reduce's buffer
+    assert p.memory_per_device_bytes == pytest.approx(expected)
+    assert any("all exposed" in a for a in p.assumptions), p.assumptions
+
+
+def test_a_pp_layout_is_refused_where_its_pipeline_or_its_sizes_are_not_known():
+    c = a_pp_case()
+    assert mesh.project_dp_pp(model.Projector(pp_net(), "strong"), c, 16, 2).reason.startswith(
+        "a mesh is projected under weak scaling only")
+    assert "need a unit each" in mesh.project_dp_pp(model.Projector(pp_net(), "weak"), c, 16, 8).reason
+    bare = pp_case([1.0] * 4, [(0, 2), (2, 4)], microbatches=4)
+    assert "has no memory by kind" in mesh.project_dp_pp(model.Projector(pp_net(), "weak"), bare, 16, 2).reason
+
+
+def test_the_command_projects_the_pp_layouts_beside_pp(tmp_path):
+    """A real pp run at world 2 (mlp's 4 units) projected to world 8: pp itself (8 stages: refused,
+    4 units), then dp=4,pp=2, fsdp=4,pp=2, dp=2,pp=4 and fsdp=2,pp=4."""
+    path = tmp_path / "run.json"
+    subprocess.run([os.path.join(BUILD, "ddpbench"), "--strategy", "pp", "--world-size", "2", "--workload", "mlp",
+                    "--device", "cpu", "--threads", "1", "--batch", "24", "--steps", "2", "--warmup", "1",
+                    "--repetitions", "1", "--target-precision", "0", "--parity-steps", "0", "--json", str(path)],
+                   check=True, stdout=subprocess.DEVNULL)
+    rows = model.project_file(json.loads(path.read_text()), pp_net(), [8], strategies=["pp"])
+    assert [r.strategy for r in rows] == ["pp", "dp=4,pp=2", "fsdp=4,pp=2", "dp=2,pp=4", "fsdp=2,pp=4"]
+    assert rows[0].status == "refused" and "need a unit each" in rows[0].reason
+    assert all(r.status == "projected" and r.samples_per_second_band and r.memory_per_device_bytes for r in rows[1:]), [
+        (r.strategy, r.reason) for r in rows]
+    # Two pipelines of 4 hold a quarter of the model a rank, four of 2 half: fsdp's chunks aside, more.
+    by_name = {r.strategy: r for r in rows}
+    assert by_name["dp=2,pp=4"].memory_per_device_bytes < by_name["dp=4,pp=2"].memory_per_device_bytes
+    assert by_name["fsdp=4,pp=2"].memory_per_device_bytes < by_name["dp=4,pp=2"].memory_per_device_bytes
