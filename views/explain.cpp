@@ -77,6 +77,39 @@ void add_sharded_lines(const std::vector<const CaseRecord*>& cases, std::vector<
   }
 }
 
+std::string mebibytes(std::int64_t bytes) {
+  const double mib = static_cast<double>(bytes) / (1 << 20);
+  return mib >= 10 ? format("%.0f MiB", mib) : mib >= 0.1 ? format("%.2g MiB", mib) : format("%.0f KiB", mib * 1024);
+}
+
+// The communication a step could not hide, for every case that communicates and has no line of its
+// own above (the sharded strategies' say it with their memory), and on a mesh what each
+// dimension's collectives carried: a layout's cost laid out by the groups it runs over.
+void add_exposed_communication_lines(const std::vector<const CaseRecord*>& cases, std::vector<std::string>& lines) {
+  for (const CaseRecord* c : cases) {
+    if (is_sharded(*c)) continue;
+    const auto& comm = c->repetitions.back().comm;
+    const bool on_mesh = comm && !comm->mesh.empty();
+    const PhaseSeconds phases = median_phases(*c);
+    const double exposed = (phases[static_cast<int>(Phase::CommExposed)] + phases[static_cast<int>(Phase::ReduceScatterExposed)] +
+                            phases[static_cast<int>(Phase::AllGatherExposed)]) * 1e3;
+    if (exposed <= 0 && !on_mesh) continue;
+    const double step = c->median_step_seconds() * 1e3;
+    std::string line = c->spec.name() + format(": %.1f ms of communication exposed a step", exposed) +
+                       (step > 0 ? format(" (%.0f%% of it)", 100 * exposed / step) : std::string());
+    if (on_mesh) {
+      std::string layout, traffic;
+      for (const auto& d : comm->mesh) {
+        layout += (layout.empty() ? "" : ",") + d.name + "=" + std::to_string(d.size);
+        traffic += (traffic.empty() ? "" : ", ") + d.name + " " + mebibytes(d.bytes_per_step) + " in " +
+                   std::to_string(d.collectives_per_step) + " collective" + (d.collectives_per_step == 1 ? "" : "s");
+      }
+      line += "; on the mesh " + layout + ", a step's collectives by dimension: " + traffic;
+    }
+    lines.push_back(line);
+  }
+}
+
 // A pipeline's bubble beside its formula's for equal stages, and why they part: a stage that
 // computes longer than the others (every other waits for it), or, where the stages are even, the
 // sends and receives nothing hid. The median over the repetitions, with their range where there
@@ -180,6 +213,7 @@ std::vector<WorkloadExplanation> explain(const RunRecord& record) {
       e.lines.push_back(line);
     }
     add_sharded_lines(cases, e.lines);
+    add_exposed_communication_lines(cases, e.lines);
     add_pipeline_lines(cases, e.lines);
     out.push_back(std::move(e));
   }

@@ -106,6 +106,29 @@ TEST(Explain, SaysWhatEachShardedCaseSavesAndCostsAgainstDdpInTheUsersTerms) {
   EXPECT_EQ(line_of("wide-logits/ddp/world:2"), "") << "ddp is the reference, not a sharded case";
 }
 
+// What every communicating case could not hide, and on a mesh each dimension's collectives: the
+// layout's cost by the groups it runs over. A case that exposes nothing and has no mesh has no line.
+TEST(Explain, SaysTheCommunicationEachCaseExposesAndOnAMeshWhatEachDimensionCarried) {
+  RunRecord record;
+  record.cases.push_back(make_case("single", 1, 2.0, {{Phase::Backward, 1.2}}));
+  record.cases.push_back(make_case("ddp", 4, 1.0, {{Phase::Backward, 0.6}, {Phase::CommExposed, 0.1}}));
+  CaseRecord mesh = make_case("tp", 4, 0.8, {{Phase::Backward, 0.4}, {Phase::CommExposed, 0.2}});
+  CommSummary comm;
+  comm.mesh = {{"dp", 2, 5828652, 2}, {"tp", 2, 526848, 3}};
+  mesh.repetitions.back().comm = comm;
+  record.cases.push_back(mesh);
+  const auto why = explain(record);
+  ASSERT_EQ(why.size(), 1u);
+  std::vector<std::string> exposed;
+  for (const auto& l : why[0].lines)
+    if (l.find("of communication exposed a step") != std::string::npos) exposed.push_back(l);
+  ASSERT_EQ(exposed.size(), 2u) << "single communicates nothing: no line";
+  EXPECT_EQ(exposed[0],
+            "wide-logits/tp/world:4: 200.0 ms of communication exposed a step (25% of it); on the mesh dp=2,tp=2, a "
+            "step's collectives by dimension: dp 5.6 MiB in 2 collectives, tp 0.5 MiB in 3 collectives");
+  EXPECT_EQ(exposed[1], "wide-logits/ddp/world:4: 100.0 ms of communication exposed a step (10% of it)");
+}
+
 // A pipeline's line: the bubble's median over the repetitions with their range, beside the formula;
 // the cut and its profile; and the rank that computes longest, by its median.
 TEST(Explain, APipelinesBubbleIsTheMedianOverRepetitionsWithTheirRange) {
