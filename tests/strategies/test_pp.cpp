@@ -288,6 +288,28 @@ TEST(PpRun, TraceShowsEachMicroBatchsForwardBackwardAndWaits) {
   }
 }
 
+// pp on `mesh` matches single in float64 on transformer and a small gpt2 (its tied embedding
+// summed between its first and last stage), and under interleaved 1F1B (two stages a rank) on mlp.
+void expect_the_other_workloads_and_interleaved_match_single(const std::string& mesh, ScratchDir& dir) {
+  for (const auto& extra : std::vector<std::vector<std::string>>{
+           {"--workload", "transformer,gpt2", "--gpt2-size", "2:4:64:512", "--seq-len", "8", "--batch", "8"},
+           {"--pp-schedule", "interleaved-1f1b", "--batch", "8"}}) {
+    std::vector<std::string> args = {"--strategy", "pp", "--mesh", mesh, "--parity-steps", "3", "--steps", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto more = run_process(pp_run(dir.file("more.json"), args));
+    ASSERT_EQ(more.exit_code, 0) << more.err;
+    const json more_doc = json::parse(read_text(dir.file("more.json")));
+    int cases = 0;
+    for (const auto& b : more_doc["benchmarks"]) {
+      if (b["run_type"] != "iteration") continue;
+      ++cases;
+      EXPECT_EQ(b["ddpbench"]["status"], "ok") << mesh << " " << b["run_name"] << ": " << b["ddpbench"]["reason"];
+      EXPECT_LE(b["ddpbench"]["parity"]["max_rel_param_diff"].get<double>(), 1e-9) << mesh << " " << b["run_name"];
+    }
+    EXPECT_GE(cases, 1) << mesh;
+  }
+}
+
 // On the mesh dp=2,pp=2 (ranks 0 and 1 a pipeline, 2 and 3 the other; 0 and 2 a dp pair): parity
 // with single in float64, each pipeline on its 6 of the 12 samples in 3 micro-batches of 2; each
 // rank holds its stage's parameters only; the pp dimension sends rank 0's activations (3 x 2 x
@@ -330,23 +352,7 @@ TEST(PpMesh, DataParallelOverPipelinesMatchesSingleAndSaysEachDimensionsTraffic)
 
   // transformer, and gpt2 whose tied embedding is summed between its stages over pp before its
   // gradient is summed over dp; interleaved 1F1B (two stages a rank) on mlp.
-  for (const auto& extra : std::vector<std::vector<std::string>>{
-           {"--workload", "transformer,gpt2", "--gpt2-size", "2:4:64:512", "--seq-len", "8", "--batch", "8"},
-           {"--pp-schedule", "interleaved-1f1b", "--batch", "8"}}) {
-    std::vector<std::string> args = {"--strategy", "pp", "--mesh", "dp=2,pp=2", "--parity-steps", "3", "--steps", "2"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const auto more = run_process(pp_run(dir.file("more.json"), args));
-    ASSERT_EQ(more.exit_code, 0) << more.err;
-    const json more_doc = json::parse(read_text(dir.file("more.json")));
-    int cases = 0;
-    for (const auto& b : more_doc["benchmarks"]) {
-      if (b["run_type"] != "iteration") continue;
-      ++cases;
-      EXPECT_EQ(b["ddpbench"]["status"], "ok") << b["run_name"] << ": " << b["ddpbench"]["reason"];
-      EXPECT_LE(b["ddpbench"]["parity"]["max_rel_param_diff"].get<double>(), 1e-9) << b["run_name"];
-    }
-    EXPECT_GE(cases, 1);
-  }
+  expect_the_other_workloads_and_interleaved_match_single("dp=2,pp=2", dir);
 }
 
 // On the mesh fsdp=2,pp=2 each stage's parameters are sharded over its fsdp pair as one unit,
@@ -384,23 +390,7 @@ TEST(PpMesh, FsdpOverPipelinesMatchesSingleAndHoldsHalfOfEachStage) {
   EXPECT_EQ(mesh[1]["name"], "pp");
   EXPECT_EQ(mesh[1]["bytes_per_step"].get<std::int64_t>(), 3 * 2 * 1024 * 4 + 8) << mesh.dump();
 
-  for (const auto& extra : std::vector<std::vector<std::string>>{
-           {"--workload", "transformer,gpt2", "--gpt2-size", "2:4:64:512", "--seq-len", "8", "--batch", "8"},
-           {"--pp-schedule", "interleaved-1f1b", "--batch", "8"}}) {
-    std::vector<std::string> args = {"--strategy", "pp", "--mesh", "fsdp=2,pp=2", "--parity-steps", "3", "--steps", "2"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const auto more = run_process(pp_run(dir.file("more.json"), args));
-    ASSERT_EQ(more.exit_code, 0) << more.err;
-    const json more_doc = json::parse(read_text(dir.file("more.json")));
-    int cases = 0;
-    for (const auto& b : more_doc["benchmarks"]) {
-      if (b["run_type"] != "iteration") continue;
-      ++cases;
-      EXPECT_EQ(b["ddpbench"]["status"], "ok") << b["run_name"] << ": " << b["ddpbench"]["reason"];
-      EXPECT_LE(b["ddpbench"]["parity"]["max_rel_param_diff"].get<double>(), 1e-9) << b["run_name"];
-    }
-    EXPECT_GE(cases, 1);
-  }
+  expect_the_other_workloads_and_interleaved_match_single("fsdp=2,pp=2", dir);
 }
 
 // What a pp mesh cannot run is skipped saying why: a batch the pipelines do not share evenly, and
