@@ -33,6 +33,13 @@ class Case:
         return self.fields["status"]
 
     @property
+    def mesh(self):
+        """The mesh the case ran on, as --mesh writes it ("dp=2,tp=2", from its comm's dimensions),
+        or "": a tp or pp case on a mesh is another layout than the same strategy over the world."""
+        dims = (self.fields.get("comm") or {}).get("mesh") or []
+        return ",".join(f"{d['name']}={d['size']}" for d in dims)
+
+    @property
     def throughputs(self):
         return [b["items_per_second"] for b in self.iterations if "items_per_second" in b]
 
@@ -58,7 +65,8 @@ def source_tags(sources):
 
 
 def label(c):
-    return f"{c.name} [{c.tag}]" if c.tag else c.name
+    name = f"{c.name} ({c.mesh})" if c.mesh else c.name
+    return f"{name} [{c.tag}]" if c.tag else name
 
 
 def collect_cases(docs):

@@ -159,7 +159,7 @@ def chart_memory_vs_throughput(cases, out_dir):
     for ax, w, rows in panels:
         for c in rows:
             ax.scatter([at[id(c)][0]], [at[id(c)][1]], color="#4c72b0")
-        named = [(f"{c.strategy} {c.world}" + (f" [{c.tag}]" if c.tag else ""), *at[id(c)]) for c in rows]
+        named = [(f"{c.strategy} {c.mesh or c.world}" + (f" [{c.tag}]" if c.tag else ""), *at[id(c)]) for c in rows]
         for (mib, tput), text in shared_labels(named):
             ax.annotate(text, (mib, tput), textcoords="offset points", xytext=(4, 3), fontsize=7)
         ax.set_title(w)
@@ -167,7 +167,7 @@ def chart_memory_vs_throughput(cases, out_dir):
         ax.set_ylabel("samples/s (median)")
         ax.set_xlim(0, 1.35 * max(at[id(c)][0] for c in rows))  # room for the labels on the right
         ax.set_ylim(0, 1.1 * max(at[id(c)][1] for c in rows))
-    fig.suptitle("Memory per device against throughput (strategy, world size)")
+    fig.suptitle("Memory per device against throughput (strategy, world size or mesh)")
     return _save(fig, out_dir, "memory_vs_throughput.png")
 
 

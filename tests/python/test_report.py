@@ -367,3 +367,14 @@ def test_memory_against_throughput_places_tp_and_pp_beside_ddp_from_a_real_run(t
     r = subprocess.run([SCRIPT, str(results), "-o", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert (out / "memory_vs_throughput.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_a_case_on_a_mesh_is_labelled_with_its_mesh_beside_the_same_strategy_over_the_world(tmp_path):
+    """pp over the world and pp on dp=2,pp=2 are two layouts: their labels tell them apart."""
+    flat, mesh = tmp_path / "flat.json", tmp_path / "mesh.json"
+    small_run(flat, "pp", world=4)
+    small_run(mesh, "pp", world=4, extra=("--mesh", "dp=2,pp=2"))
+    cases = report_cases.collect_cases([("flat", json.load(open(flat))), ("mesh", json.load(open(mesh)))])
+    assert sorted(c.mesh for c in cases) == ["", "dp=2,pp=2"]
+    labels = sorted(report_cases.label(c) for c in cases)
+    assert labels == ["mlp/pp/world:4 (dp=2,pp=2) [mesh]", "mlp/pp/world:4 [flat]"], labels
