@@ -391,17 +391,17 @@ def project_file(doc, network, worlds, scaling="weak", strategies=None):
                     if p.scaling_efficiency > 1:
                         p.assumptions.append(over_100_percent(p))
                 out.append(p)
-                if strategy == "tp":  # and its 2-D layouts with data parallelism (mesh.py)
-                    for t, kind in ((t, k) for t in tp_sizes(world, network.devices_per_node) for k in LAYOUT_KINDS):
-                        layout = projector.project_layout(base, world, t, kind)
-                        if layout.status == "projected" and at_one.samples_per_second:
-                            layout.scaling_efficiency = layout.samples_per_second / (world * at_one.samples_per_second)
-                        out.append(layout)
-                if strategy == "pp" and base.pipeline:  # its 2-D layouts with data parallelism (mesh.py)
+                # tp's and pp's 2-D layouts with data parallelism (mesh.py), against the same world 1
+                layouts = []
+                if strategy == "tp":
+                    layouts = [projector.project_layout(base, world, t, kind)
+                               for t in tp_sizes(world, network.devices_per_node) for kind in LAYOUT_KINDS]
+                elif strategy == "pp" and base.pipeline:
                     units = len(base.pipeline.get("unit_parameters") or [])
-                    for size, kind in ((s, k) for s in pp_sizes(world, units) for k in LAYOUT_KINDS):
-                        layout = projector.project_pp_layout(base, world, size, kind)
-                        if layout.status == "projected" and at_one.samples_per_second:
-                            layout.scaling_efficiency = layout.samples_per_second / (world * at_one.samples_per_second)
-                        out.append(layout)
+                    layouts = [projector.project_pp_layout(base, world, size, kind)
+                               for size in pp_sizes(world, units) for kind in LAYOUT_KINDS]
+                for layout in layouts:
+                    if layout.status == "projected" and at_one.samples_per_second:
+                        layout.scaling_efficiency = layout.samples_per_second / (world * at_one.samples_per_second)
+                    out.append(layout)
     return out

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -49,12 +50,14 @@ using pipeline::ScheduleKind;
 // (or fsdp) sizes, or the world and 1. pp 0: the mesh has no pp dimension.
 struct PipelineRanks {
   int pp = 1, dp = 1;
+  std::string data_dimension = "dp";  // the mesh's name for the pipelines' dimension: dp or fsdp
 };
 PipelineRanks pipeline_ranks(const CaseSpec& spec, const StrategyOptions& options) {
   if (options.mesh.empty()) return {spec.world_size, 1};
   const Mesh mesh = Mesh::parse(options.mesh, mesh_dimension_names(), spec.world_size);
   const auto pp = mesh.find("pp"), dp = mesh.find("dp") ? mesh.find("dp") : mesh.find("fsdp");
-  return {pp ? mesh.dimensions()[*pp].size : 0, dp ? mesh.dimensions()[*dp].size : 1};
+  return {pp ? mesh.dimensions()[*pp].size : 0, dp ? mesh.dimensions()[*dp].size : 1,
+          dp ? mesh.dimensions()[*dp].name : "dp"};
 }
 
 // The shape a case runs: p = a pipeline's ranks, V from --stages-per-rank (2 under interleaved-1f1b
@@ -110,7 +113,7 @@ class PipelineStrategy final : public Strategy {
     if (ranks.pp == 0) return "pp runs on a mesh with a pp dimension, and " + options.mesh + " has none";
     if (spec.global_batch % ranks.dp != 0) {
       return "the batch of " + std::to_string(spec.global_batch) + " does not divide among the " + std::to_string(ranks.dp) +
-             " pipelines (--mesh's " + (options.mesh.find("fsdp") != std::string::npos ? "fsdp" : "dp") + ")";
+             " pipelines (--mesh's " + ranks.data_dimension + ")";
     }
     const std::int64_t batch = spec.global_batch / ranks.dp;
     const std::string whose = ranks.dp > 1 ? "a pipeline's batch of " : "the batch of ";
@@ -390,15 +393,20 @@ class PipelineStrategy final : public Strategy {
     mesh_ = mesh;
   }
 
+  // Both meshes keep what a stage trains in one flat buffer: of one dtype, or refused saying why.
+  void require_one_dtype(const std::string& because) const {
+    for (const auto& p : trained_here_) {
+      if (p.scalar_type() != trained_here_.front().scalar_type()) {
+        throw CaseFailure("pp: the parameters a stage trains are of different types, and " + because);
+      }
+    }
+  }
+
   // What this rank's stage trains, sharded over its fsdp group as one unit (the root of
   // ShardedUnits: gathered for the whole step), its gradients taken after the last micro-batch.
   void shard_stage(const StrategySetup& setup) {
     if (trained_here_.empty()) return;
-    for (const auto& p : trained_here_) {
-      if (p.scalar_type() != trained_here_.front().scalar_type()) {
-        throw CaseFailure("pp: the parameters a stage trains are of different types, and fsdp shards them as one unit");
-      }
-    }
+    require_one_dtype("fsdp shards them as one unit");
     ShardedUnitOptions options;
     options.overlap = setup.options.ddp.overlap;
     options.gradients_at_finish = true;
@@ -409,14 +417,9 @@ class PipelineStrategy final : public Strategy {
   // parameter's .grad a view of it, as ddp's --grad-as-bucket-view), so that the sum over the dp
   // group is one all-reduce in place: no copy in and out, and no second copy of them at the peak.
   void allocate_data_parallel_gradients() {
+    require_one_dtype("their gradients are summed over dp in one buffer");
     std::int64_t numel = 0;
-    for (const auto& p : trained_here_) {
-      if (p.scalar_type() != trained_here_.front().scalar_type()) {
-        throw CaseFailure("pp: the parameters a stage trains are of different types, and their gradients are summed "
-                          "over dp in one buffer");
-      }
-      numel += p.numel();
-    }
+    for (const auto& p : trained_here_) numel += p.numel();
     if (numel > 0) dp_gradients_ = torch::zeros({numel}, trained_here_.front().options());
   }
   // The buffer zeroed and every trained parameter's .grad a view of it again (the optimizer step or a
