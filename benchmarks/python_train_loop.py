@@ -26,6 +26,24 @@ from rank_processes import free_port
 
 VOCAB, EMBED, LAYERS, HEADS, FEED_FORWARD, SEQUENCE = 1000, 128, 2, 4, 512, 64
 
+# --activation-checkpointing full: each of ddpbench's wrap units (mlp's layers, transformer's encoder
+# layers, gpt2's blocks) through torch.utils.checkpoint, non-reentrant, as PyTorch recommends.
+CHECKPOINT = False
+
+
+def checkpointed(module, *inputs):
+    from torch.utils.checkpoint import checkpoint
+    return checkpoint(module, *inputs, use_reentrant=False)
+
+
+class CheckpointedSequential(nn.Sequential):
+    """mlp with each Linear (and the ReLU after it) a checkpointed unit, as ddpbench's fc1..fc4."""
+
+    def forward(self, x):
+        for unit in self:
+            x = checkpointed(unit, x) if CHECKPOINT else unit(x)
+        return x
+
 
 class CausalLM(nn.Module):
     """ddpbench's `transformer`: token and position embeddings, a sequence-first encoder without
@@ -43,6 +61,11 @@ class CausalLM(nn.Module):
         seq = tokens.size(1)
         h = self.tokens(tokens) + self.positions(torch.arange(seq, device=tokens.device)).unsqueeze(0)
         mask = torch.full((seq, seq), float("-inf"), device=tokens.device).triu(1)
+        if CHECKPOINT:  # each encoder layer on its own, checkpointed: ddpbench's units
+            h = h.transpose(0, 1)
+            for layer in self.encoder.layers:
+                h = checkpointed(layer, h, mask)
+            return self.head(h.transpose(0, 1))
         return self.head(self.encoder(h.transpose(0, 1), mask).transpose(0, 1))
 
 
@@ -148,7 +171,7 @@ class Gpt2(nn.Module):
     def forward(self, tokens, targets=None):
         h = self.wte(tokens) + self.wpe(torch.arange(tokens.size(1), device=tokens.device)).unsqueeze(0)
         for block in self.blocks:
-            h = block(h)
+            h = checkpointed(block, h) if CHECKPOINT else block(h)
         if targets is not None:
             hidden = self.ln_f(h)
             return ChunkedLinearCrossEntropy.apply(hidden.reshape(-1, hidden.size(-1)), self.wte.weight,
@@ -160,8 +183,9 @@ def workload(name, batch, device, seq_len=0):
     """(model on `device`, optimizer factory, inputs, targets, batch) of a workload; 32 batches of data."""
     if name == "mlp":
         batch = batch or 128
-        model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                              nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+        model = CheckpointedSequential(nn.Sequential(nn.Linear(784, 1024), nn.ReLU()),
+                                       nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()),
+                                       nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()), nn.Linear(1024, 10))
         inputs = torch.randn(32 * batch, 784)
         targets = torch.randint(0, 10, (32 * batch,))
         make_optimizer = lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)  # noqa: E731
@@ -196,7 +220,13 @@ def main(argv=None):
     p.add_argument("--seq-len", type=int, default=0, help="gpt2: tokens a sample (default: 1024 on CUDA, 32 on CPU)")
     p.add_argument("--gpt2-loss", choices=["plain", "fused"], default="plain",
                    help="gpt2: whole logits then the loss (nanoGPT's eager loop, default), or ddpbench's fused loss")
+    p.add_argument("--activation-checkpointing", choices=["none", "full"], default="none",
+                   help="full: every unit through torch.utils.checkpoint (non-reentrant)")
+    p.add_argument("--peak", action="store_true",
+                   help="one more step after the timed ones, its peak bytes as ddpbench counts them (benchmarks/heap_peak.py)")
     args = p.parse_args(argv)
+    global CHECKPOINT
+    CHECKPOINT = args.activation_checkpointing == "full"
     if args.dtype == "fp16" and args.device == "cpu":
         p.error("--dtype fp16 needs --device cuda")
     if args.threads:
@@ -218,9 +248,8 @@ def main(argv=None):
     scaler = torch.cuda.amp.GradScaler() if args.dtype == "fp16" else None
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     times = []
-    for i in range(args.warmup + args.steps):
-        sync()
-        start = time.perf_counter()
+
+    def step(i):
         b = i % 32
         x = inputs[b * batch:(b + 1) * batch].to(device, non_blocking=True)
         y = targets[b * batch:(b + 1) * batch].to(device, non_blocking=True)
@@ -239,10 +268,27 @@ def main(argv=None):
             loss.backward()
             optimizer.step()
         optimizer.zero_grad()
+
+    for i in range(args.warmup + args.steps):
+        sync()
+        start = time.perf_counter()
+        step(i)
         sync()
         if i >= args.warmup:
             times.append((time.perf_counter() - start) * 1e3)
-    print(json.dumps({"step_ms": times}))
+    out = {"step_ms": times}
+    if args.peak:
+        from heap_peak import heap_counter, step_peak_bytes
+        # Held before a step: the parameters, their gradients where zero_grad keeps them (torch 1.x
+        # zeroes them; 2.x sets them to none) and the optimizer state, as ddpbench counts its peak.
+        held = sum(t.numel() * t.element_size() for t in model.parameters())
+        held += sum(t.grad.numel() * t.grad.element_size() for t in model.parameters() if t.grad is not None)
+        held += sum(v.numel() * v.element_size() for st in optimizer.state.values() for v in st.values()
+                    if torch.is_tensor(v) and v.dim() > 0)
+        heap = heap_counter()
+        out["peak_bytes"] = step_peak_bytes(lambda: step(args.warmup + args.steps), held, heap)
+        out["peak_method"] = "heap counter" if heap is not None else "profiler"
+    print(json.dumps(out))
     if args.strategy == "ddp":
         torch.distributed.destroy_process_group()
     return 0

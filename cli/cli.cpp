@@ -16,6 +16,7 @@
 #include "devices/counting_allocator.h"
 #include "base/errors.h"
 #include "cli/options_codec.h"
+#include "cli/memory_flags.h"
 #include "cli/pipeline_flags.h"
 #include "distributed/mesh.h"
 #include "distributed/process_group.h"
@@ -322,6 +323,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                  "share device 0, each on its own stream)");
   PipelineFlags pipeline_flags;
   pipeline_flags.add_to(app);
+  MemoryLeverFlags lever_flags;
+  lever_flags.add_to(app);
   std::string trace_dir;
   app.add_option("--trace", trace_dir, "write a Chrome trace-event file per rank into this directory");
   app.add_flag("--list", list, "list every strategy and workload, one line each");
@@ -553,6 +556,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       throw UsageError(std::string(flag) + ": applies to hogwild only, which --strategy does not include");
     }
   }
+  r.strategy.levers = lever_flags.apply(r.strategies, r.workloads, r.global_batch);
   r.strategy.pipeline = pipeline_flags.apply(runs_any_of({"pp"}), world_size.empty() ? std::nullopt
                                                                                      : std::optional<int>(cmd.devices.world_size));
   if (no_json && app.count("--json") > 0) throw UsageError("--no-json: cannot be given with --json " + json);

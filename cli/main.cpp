@@ -344,8 +344,20 @@ int run(const std::vector<std::string>& args) {
   // header tells a user, and a test, that a Ctrl-C no longer just kills the process.
   on_stop_signals(on_stop_signal);
   std::cout << "ddpbench: " << cmd.runner.workloads.size() << " workload(s) x " << cmd.runner.strategies.size()
-            << " strategy(ies) on " << describe(devices) << "; " << describe_sampling(cmd.runner) << '\n'
-            << std::flush;
+            << " strategy(ies) on " << describe(devices) << "; " << describe_sampling(cmd.runner) << '\n';
+  // The memory levers, where pulled (docs/memory.md): every case below ran with them.
+  const auto& levers = cmd.runner.strategy.levers;
+  if (levers.activation_checkpointing.enabled() || levers.grad_accum > 1) {
+    std::cout << "memory levers: activation checkpointing " << levers.activation_checkpointing.to_string();
+    if (levers.grad_accum > 1) {
+      std::cout << "; " << levers.grad_accum << " micro-batches a step, each 1/" << levers.grad_accum
+                << " of the batch, gradients summed before one optimizer step"
+                << (levers.sync_every_microbatch ? " (ddp: all-reduced after every micro-batch)" : "")
+                << (levers.no_sync_accum ? " (fsdp: unsharded gradients kept until the last, one reduce-scatter)" : "");
+    }
+    std::cout << '\n';
+  }
+  std::cout << std::flush;
 
   ProgressSink progress(2);
   TableSink table(std::cout);

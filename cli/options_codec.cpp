@@ -58,6 +58,10 @@ std::string encode_rank_options(const RankOptions& options) {
   doc["fsdp"] = {{"reshard_after_forward", r.strategy.fsdp.reshard_after_forward},
                  {"prefetch", r.strategy.fsdp.prefetch}};
   doc["tp"] = {{"sequence_parallel", r.strategy.tp.sequence_parallel}};
+  doc["levers"] = {{"activation_checkpointing", r.strategy.levers.activation_checkpointing.to_string()},
+                   {"grad_accum", r.strategy.levers.grad_accum},
+                   {"sync_every_microbatch", r.strategy.levers.sync_every_microbatch},
+                   {"no_sync_accum", r.strategy.levers.no_sync_accum}};
   doc["mesh"] = r.strategy.mesh;
   doc["pp"] = {{"schedule", pipeline::to_string(r.strategy.pipeline.schedule)},
                {"microbatches", r.strategy.pipeline.microbatches},
@@ -115,6 +119,15 @@ RankOptions decode_rank_options(const std::string& text) {
     r.strategy.fsdp.reshard_after_forward = fsdp.at("reshard_after_forward").get<bool>();
     r.strategy.fsdp.prefetch = fsdp.at("prefetch").get<bool>();
     r.strategy.tp.sequence_parallel = doc.at("tp").at("sequence_parallel").get<bool>();
+    try {
+      r.strategy.levers.activation_checkpointing =
+          CheckpointPolicy::parse(doc.at("levers").at("activation_checkpointing").get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--rank-options: ") + e.what());
+    }
+    r.strategy.levers.grad_accum = doc.at("levers").at("grad_accum").get<int>();
+    r.strategy.levers.sync_every_microbatch = doc.at("levers").at("sync_every_microbatch").get<bool>();
+    r.strategy.levers.no_sync_accum = doc.at("levers").at("no_sync_accum").get<bool>();
     r.strategy.mesh = doc.at("mesh").get<std::string>();
     const auto& pp = doc.at("pp");
     const auto schedule = pipeline::parse_schedule(pp.at("schedule").get<std::string>());

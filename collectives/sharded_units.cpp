@@ -195,7 +195,7 @@ void ShardedUnits::link_piece_gradients() {
   for (auto& u : units_) u.pieces->link(u.grad_shard, [this](std::size_t k) { return unused_->unused(k); });
 }
 
-void ShardedUnits::begin_step(double grad_scale, PhaseRecorder* phases) {
+void ShardedUnits::begin_step(double grad_scale, PhaseRecorder* phases, bool add_to_gradients) {
   // Launching the first all-gathers (allocating their buffers) and waiting for the root's: all-gather
   // work nothing hides, so the step's time here is in a phase, as FSDP2's pre-forward unshard.
   std::optional<PhaseRecorder::Scope> exposed;
@@ -203,6 +203,7 @@ void ShardedUnits::begin_step(double grad_scale, PhaseRecorder* phases) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     phases_ = phases;
+    add_to_gradients_ = add_to_gradients;
     scale_ = torch::scalar_tensor(grad_scale, units_.front().shard.options());
     for (auto& u : units_) {
       u.pending = static_cast<std::int64_t>(u.params.size());
@@ -324,16 +325,24 @@ void ShardedUnits::launch_reduce_scatter(std::size_t u) {
   auto& unit = units_[u];
   unit.launched = true;
   auto range = phases_ ? phases_->begin_async("reduce_scatter") : PhaseRecorder::AsyncRange{};
-  comm_.post([this, &unit, u, range] {
+  const bool add = add_to_gradients_;
+  comm_.post([this, &unit, u, range, add] {
     // This rank's gradient chunk is allocated here, just before the collective: on the
     // communication thread that is mostly after the hook that posted the job has returned and freed
     // autograd's copies of the unit's gradients (FSDP2 too allocates the reduce-scatter's output
-    // after the unit's gradients are in its input).
-    if (!unit.grad_shard.defined()) {
-      unit.grad_shard = torch::empty({unit.shard.numel()}, unit.shard.options());
+    // after the unit's gradients are in its input). Adding to an earlier micro-batch's chunk, the
+    // collective writes a chunk of its own first.
+    const bool adding = add && unit.grad_shard.defined();
+    torch::Tensor output = adding ? torch::empty({unit.shard.numel()}, unit.shard.options()) : unit.grad_shard;
+    if (!output.defined()) {
+      unit.grad_shard = output = torch::empty({unit.shard.numel()}, unit.shard.options());
       unit.shard.mutable_grad() = unit.grad_shard;
     }
-    const auto cost = reduce_scatter(group_, unit.flat_grads, unit.grad_shard, "reduce-scatter of gradient unit " + std::to_string(u));
+    const auto cost = reduce_scatter(group_, unit.flat_grads, output, "reduce-scatter of gradient unit " + std::to_string(u));
+    if (adding) {
+      torch::NoGradGuard no_grad;
+      unit.grad_shard.add_(output);
+    }
     PhaseRecorder::end_async(range);
     unit.reduce_scatter_seconds = cost.seconds;
     unit.flat_grads = torch::Tensor();  // only the chunk stays

@@ -74,6 +74,7 @@ class ShardedUnits {
   // parameter no rank's backward reached.
   const std::vector<torch::Tensor>& optimizer_parameters() const { return pieces_; }
   std::size_t unit_count() const { return units_.size(); }  // the root included, if any
+  bool gradients_at_finish() const { return options_.gradients_at_finish; }
   std::int64_t unit_numel(std::size_t unit) const;          // padded
   std::int64_t unit_bytes(std::size_t unit) const;          // padded, in its chunk's dtype
   bool unit_is_root(std::size_t unit) const { return units_.at(unit).root; }
@@ -84,7 +85,10 @@ class ShardedUnits {
   // Before forward: this rank's gradients enter the reduce-scatters times `grad_scale` (its share of
   // the global batch); gathers the root and prefetches the first unit. No other collective of the
   // group may run until finish_backward() returns: every one of the step's goes through this object.
-  void begin_step(double grad_scale, PhaseRecorder* phases);
+  // `add_to_gradients` (fsdp's --grad-accum, one begin_step to finish_backward a micro-batch): each
+  // unit's reduce-scatter adds into the chunk's gradient the micro-batches before it left there,
+  // rather than replacing it.
+  void begin_step(double grad_scale, PhaseRecorder* phases, bool add_to_gradients = false);
   // After forward: this rank's loss (already scaled), summed over the ranks by finish_backward().
   void set_loss(const torch::Tensor& loss);
   // Around unit u's forward, and before its backward (from a hook on its output's gradient).
@@ -151,6 +155,7 @@ class ShardedUnits {
   std::vector<std::size_t> forward_order_;  // units in the order this step's forward ran them
   torch::Tensor scale_, loss_;
   bool armed_ = false;
+  bool add_to_gradients_ = false;  // begin_step's
   PhaseRecorder* phases_ = nullptr;
   UnitTraffic traffic_;
   mutable std::mutex mutex_;  // hooks may fire on several autograd threads

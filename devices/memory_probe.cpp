@@ -57,6 +57,24 @@ std::vector<DeviceMemory> MemoryProbe::read() const {
   return out;
 }
 
+std::vector<std::optional<std::int64_t>> MemoryProbe::untracked_bytes(const HeldTensors& held) const {
+  std::vector<DeviceMemory> kinds(static_cast<size_t>(devices_used_));
+  add_held_bytes(kinds, held);
+  std::vector<std::optional<std::int64_t>> out(kinds.size());
+  for (int d = 0; d < devices_used_; ++d) {
+    const auto& k = kinds[static_cast<size_t>(d)];
+    if (!k.parameter_bytes || !k.gradient_bytes || !k.optimizer_state_bytes) continue;
+    std::optional<std::int64_t> current;
+    if (devices_.is_cuda()) {
+      current = compat::cuda_allocated_bytes(first_cuda_device_ + d);
+    } else if (CpuMemoryCounter::installed()) {
+      current = CpuMemoryCounter::current_bytes(d);
+    }
+    if (current) out[static_cast<size_t>(d)] = *current - *k.parameter_bytes - *k.gradient_bytes - *k.optimizer_state_bytes;
+  }
+  return out;
+}
+
 void MemoryProbe::add_held_bytes(std::vector<DeviceMemory>& memory, const HeldTensors& held) const {
   if (held.held_by_other_processes) return;
   for (auto& m : memory) {

@@ -25,6 +25,11 @@ struct DeviceMemory {
   std::optional<std::int64_t> parameter_bytes;
   std::optional<std::int64_t> gradient_bytes;
   std::optional<std::int64_t> optimizer_state_bytes;
+  // What forward left alive for backward, at its largest over the window: bytes allocated at the end
+  // of a forward pass less those at its start, neither counting what the strategy held by the kinds
+  // above at that moment (run/activation_meter.h). Nothing where no forward ran on the step's thread
+  // (hogwild's workers) or the kinds cannot be told.
+  std::optional<std::int64_t> activation_bytes;
 };
 
 // The tensors a strategy holds between steps, by kind.
@@ -48,6 +53,9 @@ class MemoryProbe {
   // Starts a window: peaks restart from what is held now.
   void reset();
   std::vector<DeviceMemory> read() const;
+  // Bytes allocated on each device now, less what `held` holds there by kind (add_held_bytes); none
+  // for a device where either cannot be told.
+  std::vector<std::optional<std::int64_t>> untracked_bytes(const HeldTensors& held) const;
   // Fills each entry's bytes by kind from `held`: each storage counted once, under the first kind
   // that names it (parameters, then gradients, then optimizer state), on the device it lives on (on
   // CPU, the virtual device its allocation was charged to). Tensors on no probed device are not

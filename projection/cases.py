@@ -95,6 +95,10 @@ def measured_cases(doc):
         if not isinstance(batch, (int, float)) or batch <= 0:
             continue
         phases = {k: v / 1e3 for k, v in f["phases_ms"].items()}
+        # --activation-checkpointing: the recomputation runs inside backward, between the gradients
+        # it yields, so the timelines replay it as backward's own compute (docs/memory.md).
+        if "recompute" in phases:
+            phases["backward"] = phases.get("backward", 0.0) + phases.pop("recompute")
         comm = f.get("comm") or {}
         buckets = None
         if comm.get("bucket_timeline"):

@@ -39,7 +39,8 @@ json memory_to_json(const std::vector<DeviceMemory>& memory) {
                    {"held_before", optional_to_json(m.held_before_bytes)},
                    {"parameters", optional_to_json(m.parameter_bytes)},
                    {"gradients", optional_to_json(m.gradient_bytes)},
-                   {"optimizer_state", optional_to_json(m.optimizer_state_bytes)}});
+                   {"optimizer_state", optional_to_json(m.optimizer_state_bytes)},
+                   {"activations", optional_to_json(m.activation_bytes)}});
   }
   return out;
 }
@@ -55,6 +56,7 @@ std::vector<DeviceMemory> memory_from_json(const json& j) {
     d.parameter_bytes = optional_from_json<std::int64_t>(m.at("parameters"));
     d.gradient_bytes = optional_from_json<std::int64_t>(m.at("gradients"));
     d.optimizer_state_bytes = optional_from_json<std::int64_t>(m.at("optimizer_state"));
+    d.activation_bytes = optional_from_json<std::int64_t>(m.at("activations"));
     out.push_back(d);
   }
   return out;

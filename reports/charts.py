@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from . import stats  # noqa: E402
 from .cases import label as case_label, measured  # noqa: E402
 
-PHASE_ORDER = ["data", "replicate", "scatter", "forward", "gather_loss", "backward", "reduce", "comm_exposed",
+PHASE_ORDER = ["data", "replicate", "scatter", "forward", "gather_loss", "backward", "recompute", "reduce", "comm_exposed",
                "reduce_scatter_exposed", "all_gather_exposed",
                "worker_wait", "pipeline_wait", "optimizer", "checkpoint", "residual"]
 

@@ -13,6 +13,7 @@
 #include "devices/counting_allocator.h"
 #include "devices/memory_probe.h"
 #include "distributed/process_group.h"
+#include "run/activation_meter.h"
 #include "run/fault_injection.h"
 #include "run/stop_request.h"
 #include "timing/phase_recorder.h"
@@ -80,6 +81,7 @@ RepetitionRecord measure_repetition(CaseBuilder& builder, StepListener& listener
     CpuMemoryCounter::DeviceScope host(on_device ? 0 : CpuMemoryCounter::kHost);
     return prefetcher ? prefetcher->next() : loader.next();
   };
+  ActivationMeter* meter = nullptr;  // from the measured steps on
   // The next step's batch when the strategy asked for it during this step (it handed it out ahead).
   std::optional<Batch> fetched_ahead;
   // `last_of_section`: the last warm-up or the last measured step, after which nothing is handed out
@@ -89,6 +91,7 @@ RepetitionRecord measure_repetition(CaseBuilder& builder, StepListener& listener
     const auto began = std::chrono::steady_clock::now();
     listener.on_step_activity();
     phases.begin_step();
+    if (meter) meter->begin_step();
     Batch batch;
     {
       auto scope = phases.scope(Phase::Data);
@@ -123,6 +126,10 @@ RepetitionRecord measure_repetition(CaseBuilder& builder, StepListener& listener
   }
   memory.reset();
   strategy->reset_measured_stats();
+  // Activations over the measured steps only, like the peaks.
+  ActivationMeter activations(memory, *strategy);
+  phases.set_observer(Phase::Forward, [&activations](bool opening) { activations.on_forward(opening); });
+  meter = &activations;
   if (options.trace) {
     options.trace->set_context(name, index);
     phases.set_trace(options.trace);  // measured steps only: warm-up is not part of the picture
@@ -152,8 +159,10 @@ RepetitionRecord measure_repetition(CaseBuilder& builder, StepListener& listener
   rep.first_loss = rep.step_losses.front();
   rep.final_loss = rep.step_losses.back();
   for (auto& p : rep.phase_seconds) p /= static_cast<double>(options.steps);
+  phases.set_observer(Phase::Forward, nullptr);
   rep.memory = memory.read();
   memory.add_held_bytes(rep.memory, strategy->held_tensors());
+  activations.fill(rep.memory);
   rep.peak_rss_bytes = MemoryProbe::process_peak_rss_bytes();
   rep.comm = strategy->comm_summary();
   rep.async = strategy->async_summary();

@@ -2,6 +2,7 @@
 
 #include "devices/counting_allocator.h"
 #include "optim/optimizers.h"
+#include "strategies/microbatches.h"
 
 namespace ddpbench {
 
@@ -35,6 +36,7 @@ void DataParallelStrategy::do_setup(const StrategySetup& setup) {
   precision_ = setup.precision;
   scaler_ = LossScaler(precision_);
   workers_ = std::make_unique<DeviceWorkers>(*devices_, setup.spec.world_size);
+  grad_accum_ = setup.options.levers.grad_accum;
 }
 
 void DataParallelStrategy::replicate() {
@@ -77,7 +79,13 @@ torch::Tensor DataParallelStrategy::do_step(const Batch& batch, PhaseRecorder& p
     auto scope = phases.scope(Phase::Replicate);
     replicate();
   }
-  torch::Tensor loss = forward_backward(batch, phases);
+  // --grad-accum: each micro-batch scattered and run in turn, every replica's gradients summing in
+  // place; one reduce into the master after the last, as nn.DataParallel under accumulation does.
+  torch::Tensor loss;
+  for (const auto& mb : split_microbatches(batch, grad_accum_)) {
+    const auto part = forward_backward(mb.batch, phases, mb.weight);
+    loss = loss.defined() ? loss + part.detach() : part.detach();
+  }
   {
     auto scope = phases.scope(Phase::Reduce);
     reduce_gradients();

@@ -27,9 +27,10 @@ class DataParallelStrategy : public Strategy {
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) final;
   std::vector<torch::Tensor> do_trained_parameters() override { return master_->distinct_parameters(); }
 
-  // Scatter, forward on every replica, loss, backward; returns the global batch's loss on device 0.
-  // On return every replica's parameters hold its gradients.
-  virtual torch::Tensor forward_backward(const Batch& batch, PhaseRecorder& phases) = 0;
+  // Scatter, forward on every replica, loss, backward; returns the loss of `batch` (a step's, or one
+  // micro-batch of it under --grad-accum) on device 0 times `weight`, which backward starts from
+  // too. On return every replica's parameters hold its gradients, added to what they held.
+  virtual torch::Tensor forward_backward(const Batch& batch, PhaseRecorder& phases, double weight) = 0;
 
   int replica_count() const { return static_cast<int>(replicas_.size()); }
   WorkloadModel& replica(int i) { return *replicas_[static_cast<size_t>(i)]; }
@@ -55,6 +56,7 @@ class DataParallelStrategy : public Strategy {
   std::unique_ptr<DeviceWorkers> workers_;
   Precision precision_ = Precision::Fp32;
   LossScaler scaler_{Precision::Fp32};
+  int grad_accum_ = 1;
 };
 
 }  // namespace ddpbench

@@ -6,10 +6,12 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/serialize/output-archive.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "base/atomic_file.h"
 #include "distributed/process_group.h"
+#include "strategies/microbatches.h"
 #include "strategies/rank_state.h"
 #include "strategies/strategy.h"
 #include "compat/torch_compat.h"
@@ -96,6 +98,8 @@ class DdpStrategy final : public Strategy {
     precision_ = setup.precision;
     scaler_ = LossScaler(precision_);
     checkpoint_every_ = options_.checkpoint_every > 0 ? options_.checkpoint_every : setup.steps_per_run;
+    grad_accum_ = setup.options.levers.grad_accum;
+    sync_every_microbatch_ = setup.options.levers.sync_every_microbatch;
     steps_ = 0;
   }
 
@@ -104,23 +108,38 @@ class DdpStrategy final : public Strategy {
       auto zero_grad = phases.scope(Phase::Optimizer);
       bucketer_->zero_grad();
     }
-    const auto [loss, share] = rank_forward(batch, *workload_, *model_, device_, *group_,
-                                            broadcast_buffers_ ? buffers_ : std::vector<torch::Tensor>{}, precision_,
-                                            global_batch_, phases);
-    torch::Tensor global_loss;
-    bucketer_->prepare_step(share, loss.detach() * share, &phases);
-    {
-      auto scope = phases.scope(Phase::Backward);
-      scaler_.scale(loss).backward();  // under fp16 the buckets carry scaled gradients
+    // --grad-accum: the micro-batches' gradients sum in .grad; the buckets all-reduce them after the
+    // last one only (DDP's no_sync on the others), or after each under --sync-every-microbatch, each
+    // round then all-reducing what .grad holds: the rounds before summed already, the same on every
+    // rank, plus this rank's newest, so the sum over ranks weighted by their shares adds the newest.
+    const auto micro = split_microbatches(batch, grad_accum_);
+    const double share = static_cast<double>(batch.inputs.size(0)) / static_cast<double>(global_batch_);
+    torch::Tensor rank_loss, global_loss;
+    for (std::size_t k = 0; k < micro.size(); ++k) {
+      const bool sync = k + 1 == micro.size() || sync_every_microbatch_;
+      auto forward = rank_forward(micro[k].batch, *workload_, *model_, device_, *group_,
+                                  broadcast_buffers_ ? buffers_ : std::vector<torch::Tensor>{}, precision_,
+                                  global_batch_, phases);
+      const auto loss = micro.size() > 1 ? forward.loss * micro[k].weight : forward.loss;
+      rank_loss = rank_loss.defined() ? rank_loss + loss.detach() : loss.detach();
+      // The loss rides in the first bucket: the rank's whole loss in the one round, or each round's own.
+      if (sync) bucketer_->prepare_step(share, (sync_every_microbatch_ ? loss.detach() : rank_loss) * share, &phases);
+      {
+        auto scope = phases.scope(Phase::Backward);
+        scaler_.scale(loss).backward();  // under fp16 the buckets carry scaled gradients
+      }
+      if (!sync) continue;
+      {
+        auto scope = phases.scope(Phase::CommExposed);
+        bucketer_->wait_all();
+      }
+      {
+        auto scope = phases.scope(Phase::Reduce);
+        const auto round_loss = bucketer_->unpack();
+        global_loss = global_loss.defined() ? global_loss + round_loss : round_loss;
+      }
     }
-    {
-      auto scope = phases.scope(Phase::CommExposed);
-      bucketer_->wait_all();
-    }
-    {
-      auto scope = phases.scope(Phase::Reduce);
-      global_loss = bucketer_->unpack();
-    }
+    ++measured_steps_;
     {
       auto scope = phases.scope(Phase::Optimizer);
       scaler_.step(*optimizer_);  // every rank holds the same sums, so all skip or step alike
@@ -142,17 +161,23 @@ class DdpStrategy final : public Strategy {
     CommSummary c;
     c.backend = group_->backend_name();
     c.collective_seconds_measured = group_->host_waits_for_collectives();
-    c.bytes_per_step = s.bytes / s.steps;
-    c.buckets = bucketer_->bucket_count();
-    c.allreduce_seconds_per_step = s.busy_seconds / static_cast<double>(s.steps);
+    // Per optimizer step: under --sync-every-microbatch a step is --grad-accum rounds of the buckets,
+    // and each bucket's timeline entry below is one round's.
+    const std::int64_t steps = std::max<std::int64_t>(1, measured_steps_);
+    c.bytes_per_step = s.bytes / steps;
+    c.buckets = bucketer_->bucket_count() * static_cast<int>(s.steps / steps);
+    c.allreduce_seconds_per_step = s.busy_seconds / static_cast<double>(steps);
     c.world_size = group_->size();
-    const auto steps = static_cast<double>(s.steps);
+    const auto rounds = static_cast<double>(s.steps);
     for (std::size_t b = 0; b < s.ready_seconds.size(); ++b) {
-      c.bucket_timeline.push_back({bucketer_->bucket_bytes(b), s.ready_seconds[b] / steps, s.allreduce_seconds[b] / steps});
+      c.bucket_timeline.push_back({bucketer_->bucket_bytes(b), s.ready_seconds[b] / rounds, s.allreduce_seconds[b] / rounds});
     }
     return c;
   }
-  void do_reset_measured_stats() override { bucketer_->reset_stats(); }
+  void do_reset_measured_stats() override {
+    bucketer_->reset_stats();
+    measured_steps_ = 0;
+  }
 
  private:
   ProcessGroupContext* group_ = nullptr;
@@ -169,6 +194,9 @@ class DdpStrategy final : public Strategy {
   LossScaler scaler_{Precision::Fp32};
   int checkpoint_every_ = 1;
   int steps_ = 0;
+  int grad_accum_ = 1;
+  bool sync_every_microbatch_ = false;
+  std::int64_t measured_steps_ = 0;  // optimizer steps since reset_measured_stats
 };
 
 }  // namespace

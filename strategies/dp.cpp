@@ -11,7 +11,7 @@ namespace {
 
 class DpStrategy final : public DataParallelStrategy {
  protected:
-  torch::Tensor forward_backward(const Batch& batch, PhaseRecorder& phases) override {
+  torch::Tensor forward_backward(const Batch& batch, PhaseRecorder& phases, double weight) override {
     const int n = replica_count();
     std::vector<torch::Tensor> inputs;
     {
@@ -36,6 +36,7 @@ class DpStrategy final : public DataParallelStrategy {
       gathered = gather(detached, devices(), 0).requires_grad_(true);
       AutocastScope autocast(precision(), devices().device(0));
       loss = workload().loss(gathered, copy_to_device(batch.targets, devices(), 0));
+      if (weight != 1) loss = loss * weight;
     }
     {
       auto scope = phases.scope(Phase::Backward);

@@ -10,7 +10,7 @@ namespace {
 
 class DpLossInModelStrategy final : public DataParallelStrategy {
  protected:
-  torch::Tensor forward_backward(const Batch& batch, PhaseRecorder& phases) override {
+  torch::Tensor forward_backward(const Batch& batch, PhaseRecorder& phases, double weight) override {
     const int n = replica_count();
     std::vector<torch::Tensor> inputs, targets;
     {
@@ -23,7 +23,7 @@ class DpLossInModelStrategy final : public DataParallelStrategy {
     {
       auto scope = phases.scope(Phase::Forward);
       workers().run([&](int i) {
-        const double share = static_cast<double>(inputs[i].size(0)) / total;
+        const double share = weight * static_cast<double>(inputs[i].size(0)) / total;
         AutocastScope autocast(precision(), devices().device(i));
         losses[i] = workload().forward_loss(replica(i), inputs[i], targets[i]) * share;
       });

@@ -7,9 +7,12 @@
 // gradients reduced in fp32 (FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)),
 // where the backend sends bf16. collectives/sharded_units.h holds the mechanics, sharded_model.h
 // the model's units on them.
+#include <algorithm>
+
 #include "base/errors.h"
 #include "compat/c10d_compat.h"
 #include "distributed/process_group.h"
+#include "strategies/microbatches.h"
 #include "strategies/rank_state.h"
 #include "strategies/sharded_model.h"
 #include "strategies/strategy.h"
@@ -57,8 +60,12 @@ class FsdpStrategy final : public Strategy {
     // autocast casts them (docs/sharded.md says so). A model with BatchNorm too: LibTorch's batch_norm
     // refuses bf16 weights beside its fp32 running statistics, and autocast does not cast it.
     const bool float_model = parameters.front().scalar_type() == torch::kFloat;
+    grad_accum_ = setup.options.levers.grad_accum;
+    // --no-sync-accum: the units' unsharded gradient buffers live from the first micro-batch to the
+    // one reduce-scatter after the last (FSDP2's set_requires_gradient_sync(False)).
+    options.gradients_at_finish = grad_accum_ > 1 && setup.options.levers.no_sync_accum;
     if (setup.precision == Precision::Bf16 && float_model && !setup.workload.has_batch_norm() &&
-        (device_.is_cuda() || compat::gloo_sends_bf16())) {
+        (device_.is_cuda() || compat::gloo_sends_bf16()) && !options.gradients_at_finish) {
       options.gather_dtype = torch::kBFloat16;
     }
     sharded_ = std::make_unique<ShardedModel>(*model_, *group_, options, "fsdp");
@@ -80,20 +87,34 @@ class FsdpStrategy final : public Strategy {
       units_->free_gradients();
     }
     const double share = static_cast<double>(batch.inputs.size(0)) / static_cast<double>(global_batch_);
-    units_->begin_step(share, &phases);
-    const auto forward = rank_forward(batch, *workload_, *model_, device_, *group_, /*broadcast_buffers=*/{}, precision_,
-                                      global_batch_, phases);
-    units_->set_loss(forward.loss.detach() * share);
-    {
-      auto scope = phases.scope(Phase::Backward);
-      scaler_.scale(forward.loss).backward();
+    // --grad-accum: by default each micro-batch is a round of its own (gathers, backward, each unit's
+    // reduce-scatter added into its chunk), FSDP2's default; under --no-sync-accum one round holds
+    // every micro-batch, the units' unsharded gradients summing until the one reduce-scatter.
+    const auto micro = split_microbatches(batch, grad_accum_);
+    const bool one_round = micro.size() == 1 || units_->gradients_at_finish();
+    torch::Tensor global_loss, rank_loss;
+    for (std::size_t k = 0; k < micro.size(); ++k) {
+      if (!one_round || k == 0) units_->begin_step(share, &phases, /*add_to_gradients=*/k > 0);
+      const auto forward = rank_forward(micro[k].batch, *workload_, *model_, device_, *group_, /*broadcast_buffers=*/{},
+                                        precision_, global_batch_, phases);
+      const auto loss = micro.size() > 1 ? forward.loss * micro[k].weight : forward.loss;
+      rank_loss = rank_loss.defined() && one_round ? rank_loss + loss.detach() : loss.detach();
+      if (!one_round || k + 1 == micro.size()) units_->set_loss(rank_loss * share);
+      {
+        auto scope = phases.scope(Phase::Backward);
+        scaler_.scale(loss).backward();
+      }
+      if (!one_round || k + 1 == micro.size()) {
+        const auto round_loss = units_->finish_backward();  // its wait is the exposed reduce-scatter
+        global_loss = global_loss.defined() ? global_loss + round_loss : round_loss;
+      }
     }
-    const auto global_loss = units_->finish_backward();  // its wait is the exposed reduce-scatter
     {
       auto scope = phases.scope(Phase::Optimizer);
       if (scaler_.enabled()) agree_on_overflow(units_->optimizer_parameters(), device_, *group_);
       scaler_.step(*optimizer_);
     }
+    ++measured_steps_;
     return global_loss;
   }
 
@@ -105,21 +126,27 @@ class FsdpStrategy final : public Strategy {
   std::optional<CommSummary> do_comm_summary() const override {
     const auto& t = units_->traffic();
     if (t.steps == 0) return std::nullopt;
-    const auto steps = static_cast<double>(t.steps);
+    // Per optimizer step: under --grad-accum (without --no-sync-accum) each micro-batch is a round of
+    // the units' collectives, counted in t.steps.
+    const std::int64_t optimizer_steps = std::max<std::int64_t>(1, measured_steps_);
+    const auto steps = static_cast<double>(optimizer_steps);
     CommSummary c;
     c.backend = group_->backend_name();
     c.collective_seconds_measured = group_->host_waits_for_collectives();
     c.world_size = group_->size();
     c.buckets = static_cast<int>(units_->unit_count());
-    c.bytes_per_step = t.allreduce_bytes / t.steps;
-    c.reduce_scatter_bytes_per_step = t.reduce_scatter_bytes / t.steps;
-    c.all_gather_bytes_per_step = t.all_gather_bytes / t.steps;
+    c.bytes_per_step = t.allreduce_bytes / optimizer_steps;
+    c.reduce_scatter_bytes_per_step = t.reduce_scatter_bytes / optimizer_steps;
+    c.all_gather_bytes_per_step = t.all_gather_bytes / optimizer_steps;
     c.reduce_scatter_seconds_per_step = t.reduce_scatter_seconds / steps;
     c.all_gather_seconds_per_step = t.all_gather_seconds / steps;
     for (std::size_t u = 0; u < units_->unit_count(); ++u) c.units.push_back({units_->unit_bytes(u), units_->unit_is_root(u)});
     return c;
   }
-  void do_reset_measured_stats() override { units_->reset_traffic(); }
+  void do_reset_measured_stats() override {
+    units_->reset_traffic();
+    measured_steps_ = 0;
+  }
 
  private:
   ProcessGroupContext* group_ = nullptr;
@@ -133,6 +160,8 @@ class FsdpStrategy final : public Strategy {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   Precision precision_ = Precision::Fp32;
   LossScaler scaler_{Precision::Fp32};
+  int grad_accum_ = 1;
+  std::int64_t measured_steps_ = 0;  // optimizer steps since reset_measured_stats
 };
 
 }  // namespace

@@ -72,6 +72,8 @@ class HogwildStrategy final : public Strategy {
       config.threads_per_worker = setup.devices.threads_per_device();
       config.parity_optimizer = setup.parity_run;
       config.precision = setup.precision;
+      config.activation_checkpointing = setup.options.levers.activation_checkpointing;
+      config.grad_accum = setup.options.levers.grad_accum;
       config.global_batch = setup.spec.global_batch;
       config.timeout = std::chrono::milliseconds(static_cast<long long>(setup.timeout_seconds * 1000));
       config.stop_requested = setup.stop_requested;
@@ -85,6 +87,7 @@ class HogwildStrategy final : public Strategy {
       workers_.push_back(std::make_unique<HogwildWorker>(clone_model(*model_, device_), parameters, buffers, *workload_,
                                                          setup.make_optimizer, options_.sync_every, updates_,
                                                          setup.precision, i, workers_count_));
+      workers_.back()->set_grad_accum(setup.options.levers.grad_accum);
     }
     recorders_.resize(static_cast<size_t>(workers_count_));
     threads_ = std::make_unique<DeviceWorkers>(setup.devices, workers_count_, cuda_ ? 1 : setup.spec.world_size);

@@ -62,6 +62,13 @@ struct ControlBlock {
   char workload[64];
   std::int32_t workers, devices, sync_every, threads_per_worker, parity_optimizer;
   std::int32_t precision;  // Precision
+  std::int32_t checkpoint_kind, checkpoint_every;  // CheckpointPolicy (--activation-checkpointing)
+  std::int32_t grad_accum;                         // --grad-accum
+  // The parent's WorkloadSettings (--seq-len, --gpt2-size, --gpt2-loss), which shape the model: a
+  // worker that built gpt2 small under a --gpt2-size run would not match the parent's tensors.
+  std::int32_t settings_cuda, settings_plain_loss;
+  std::int64_t settings_sequence_length;  // -1: the workload's default
+  char settings_gpt2_size[64];
   std::int32_t cuda_device;  // -1: the CPU
   compat::CudaIpcHandle cuda_buffer;
   std::int32_t parameter_count, buffer_count;
@@ -200,6 +207,9 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
   if (config_.workload->name().size() >= sizeof(ControlBlock::workload)) {
     throw CaseFailure("hogwild processes mode: workload name too long");
   }
+  if (workload_settings().gpt2_size.size() >= sizeof(ControlBlock::settings_gpt2_size)) {
+    throw CaseFailure("hogwild processes mode: --gpt2-size too long");
+  }
   // Where everything goes: the control block, each tensor, the batch buffer. On CUDA the control
   // block is alone in shared memory and the rest is in the device allocation, from its start.
   const bool cuda = config_.cuda_device >= 0;
@@ -237,6 +247,14 @@ HogwildProcesses::HogwildProcesses(HogwildProcessesConfig config, WorkloadModel&
   control_->workers = config_.workers;
   control_->devices = std::max(1, config_.devices);
   control_->sync_every = config_.sync_every;
+  control_->checkpoint_kind = static_cast<std::int32_t>(config_.activation_checkpointing.kind);
+  control_->checkpoint_every = config_.activation_checkpointing.every;
+  control_->grad_accum = config_.grad_accum;
+  const WorkloadSettings& settings = workload_settings();
+  control_->settings_cuda = settings.cuda ? 1 : 0;
+  control_->settings_plain_loss = settings.gpt2_plain_loss ? 1 : 0;
+  control_->settings_sequence_length = settings.sequence_length.value_or(-1);
+  std::strncpy(control_->settings_gpt2_size, settings.gpt2_size.c_str(), sizeof(control_->settings_gpt2_size) - 1);
   control_->threads_per_worker = config_.threads_per_worker;
   control_->parity_optimizer = config_.parity_optimizer ? 1 : 0;
   control_->precision = static_cast<std::int32_t>(config_.precision);
@@ -505,6 +523,12 @@ int hogwild_worker_main() {
     if (const char* sources = std::getenv(kWorkloadSourcesVariable)) {
       install_workload_sources(WorkloadSources::from_json(sources));
     }
+    WorkloadSettings settings;
+    settings.cuda = control.settings_cuda != 0;
+    settings.gpt2_plain_loss = control.settings_plain_loss != 0;
+    if (control.settings_sequence_length >= 0) settings.sequence_length = control.settings_sequence_length;
+    settings.gpt2_size = std::string(control.settings_gpt2_size, strnlen(control.settings_gpt2_size, sizeof(control.settings_gpt2_size)));
+    configure_workloads(settings);
     const Workload& workload = WorkloadRegistry::instance().get(control.workload);
     // CUDA: the parent's device allocation, mapped here; the tensors below are views of it, so it is
     // declared first and unmapped last.
@@ -518,11 +542,19 @@ int hogwild_worker_main() {
     at::set_num_threads(control.threads_per_worker);
     ModelPtr model = workload.make_model();
     model->to(device);
+    if (control.checkpoint_kind != static_cast<std::int32_t>(CheckpointPolicy::Kind::None)) {
+      // Untimed here: the recomputation stays inside the backward seconds this worker reports.
+      auto checkpointing = std::make_shared<ActivationCheckpointing>();
+      checkpointing->policy.kind = static_cast<CheckpointPolicy::Kind>(control.checkpoint_kind);
+      checkpointing->policy.every = control.checkpoint_every;
+      model->set_activation_checkpointing(std::move(checkpointing));
+    }
     std::vector<torch::Tensor> parameters, buffers;
     shared_tensors(data, control, *model, parameters, buffers);
     const OptimizerFactory optimizer = control.parity_optimizer ? parity_optimizer(workload) : training_optimizer(workload);
     HogwildWorker worker(model, parameters, buffers, workload, optimizer, control.sync_every, control.updates,
                          static_cast<Precision>(control.precision), index, control.workers);
+    worker.set_grad_accum(control.grad_accum);
     const torch::Tensor inputs = batch_at(data, control.inputs, device);
     const torch::Tensor targets = batch_at(data, control.targets, device);
     const std::string fault = worker_fault(index);

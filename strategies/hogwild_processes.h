@@ -51,6 +51,8 @@ struct HogwildProcessesConfig {
   int threads_per_worker = 1;
   bool parity_optimizer = false;  // the workload's parity optimizer instead of its own
   Precision precision = Precision::Fp32;  // --dtype
+  CheckpointPolicy activation_checkpointing;  // --activation-checkpointing, in every worker's model
+  int grad_accum = 1;                          // --grad-accum, in every worker's update
   std::int64_t global_batch = 0;
   std::uint64_t seed = 0;
   std::chrono::milliseconds timeout{300000};

@@ -1,5 +1,7 @@
 #include "strategies/hogwild_worker.h"
 
+#include "strategies/microbatches.h"
+
 #include <torch/csrc/autograd/autograd.h>
 
 #include <stdexcept>
@@ -75,21 +77,26 @@ HogwildUpdate HogwildWorker::step(const torch::Tensor& inputs, const torch::Tens
   HogwildUpdate update;
   if (sync_every_ == 1) read_ticket_ = updates_.load(std::memory_order_acquire);
   torch::Tensor loss;
-  {
-    auto scope = phases.scope(Phase::Forward);
-    AutocastScope autocast(precision_, inputs.device());
-    loss = workload_.forward_loss(*model_, inputs, targets);
-  }
-  std::vector<torch::Tensor> grads;
-  {
-    auto scope = phases.scope(Phase::Backward);
-    // Gradients come back as new tensors: nothing accumulates into a .grad another worker could see.
-    grads = torch::autograd::grad({scaler_.scale(loss)}, trainable_, /*grad_outputs=*/{}, /*retain_graph=*/false,
-                                  /*create_graph=*/false, /*allow_unused=*/true);
+  for (const auto& mb : split_microbatches(Batch{inputs, targets}, grad_accum_)) {
+    torch::Tensor part;
+    {
+      auto scope = phases.scope(Phase::Forward);
+      AutocastScope autocast(precision_, inputs.device());
+      part = workload_.forward_loss(*model_, mb.batch.inputs, mb.batch.targets);
+      if (grad_accum_ > 1) part = part * mb.weight;
+    }
+    {
+      auto scope = phases.scope(Phase::Backward);
+      // Into this worker's own .grad (summed over its micro-batches): its parameters are TensorImpls
+      // of its own over the shared storage (share_storage), so no other worker sees them. backward()
+      // rather than autograd::grad(): a checkpointed unit's recomputation (--activation-checkpointing)
+      // accumulates its parameters' gradients into .grad, which autograd::grad would not return.
+      scaler_.scale(part).backward();
+    }
+    loss = loss.defined() ? loss + part.detach() : part.detach();
   }
   {
     auto scope = phases.scope(Phase::Optimizer);
-    for (size_t i = 0; i < trainable_.size(); ++i) trainable_[i].mutable_grad() = grads[i];
     // sync_every 1: in place into the shared storage, without a lock. Under fp16 a step whose
     // gradients overflowed writes nothing.
     const bool stepped = scaler_.step(*optimizer_);

@@ -5,7 +5,7 @@
 //
 // sync_every 1 (plain Hogwild): the worker's parameters are the shared storage itself, under its own
 // tensor objects (own version counters, own .grad). Each update reads the shared parameters as the
-// forward pass goes, takes the gradient with torch::autograd::grad, and the optimizer writes it in
+// forward pass goes, takes the gradient into its own .grad, and the optimizer writes it in
 // place into the shared storage while other workers read and write it.
 //
 // sync_every K > 1: the worker trains a private copy for K steps, then adds what it learnt since its
@@ -46,6 +46,10 @@ class HogwildWorker {
   // worker's own recorder (so every worker's ranges nest in its own thread's step range).
   HogwildUpdate step(const torch::Tensor& inputs, const torch::Tensor& targets, PhaseRecorder& phases);
 
+  // --grad-accum: each update sums the gradients of `count` micro-batches of the worker's rows
+  // before its one optimizer step.
+  void set_grad_accum(int count) { grad_accum_ = count; }
+
   // The parameters this worker trains: the shared storage, or its private copy (sync_every > 1).
   const std::vector<torch::Tensor>& parameters() const { return parameters_; }
 
@@ -63,6 +67,7 @@ class HogwildWorker {
   Precision precision_;
   LossScaler scaler_;
   std::int64_t local_steps_ = 0;
+  int grad_accum_ = 1;
   std::atomic<std::uint64_t>& updates_;
   std::uint64_t read_ticket_ = 0;  // the update counter when this worker last read the shared parameters
 };

@@ -105,6 +105,10 @@ class PipelineStrategy final : public Strategy {
   std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
                                                    const StrategyOptions& options) const override {
     if (devices.is_cuda() && !compat::have_nccl()) return "this LibTorch has no NCCL, which pp needs on CUDA";
+    if (options.levers.grad_accum > 1) {
+      return "--grad-accum is not built yet for pp, whose --microbatches already cut each batch (several rounds of "
+             "the schedule a step are not)";
+    }
     const auto& workload = WorkloadRegistry::instance().get(spec.workload);
     const WorkloadFacts facts = workload.facts();
     if (facts.chain_length == 0) return "pp cuts the model between its units, and " + facts.chain_refusal;

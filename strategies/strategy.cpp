@@ -1,6 +1,7 @@
 #include "strategies/strategy.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "base/errors.h"
 #include "optim/optimizers.h"
@@ -23,17 +24,69 @@ void Strategy::setup(const StrategySetup& setup) {
     optimizers_.push_back(optimizer.get());
     return optimizer;
   };
+  const auto& policy = setup.options.levers.activation_checkpointing;
+  if (policy.enabled()) {
+    // Before do_setup, so that every replica a strategy clones from the model carries it.
+    auto checkpointing = std::make_shared<ActivationCheckpointing>();
+    checkpointing->policy = policy;
+    checkpointing->recompute_scope = recompute_scope();
+    setup.model->set_activation_checkpointing(std::move(checkpointing));
+  }
   do_setup(noted);
+}
+
+RecomputeScope Strategy::recompute_scope() {
+  return [timing = recompute_timing_]() -> std::shared_ptr<void> {
+    std::unique_lock<std::mutex> lock(timing->mutex);
+    if (timing->phases == nullptr) return nullptr;
+    if (std::this_thread::get_id() == timing->step_thread) {
+      PhaseRecorder* phases = timing->phases;
+      lock.unlock();
+      return std::make_shared<PhaseRecorder::Scope>(*phases, Phase::Recompute);
+    }
+    // An autograd device thread, or a replica's: timed on the host clock, moved out of backward.
+    struct OffThread {
+      std::shared_ptr<RecomputeTiming> timing;
+      std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+      ~OffThread() {
+        if (!timing) return;
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::lock_guard<std::mutex> lock(timing->mutex);
+        timing->off_thread_seconds[std::this_thread::get_id()] += seconds;
+      }
+    };
+    auto off_thread = std::make_shared<OffThread>();
+    off_thread->timing = timing;
+    return off_thread;
+  };
 }
 
 torch::Tensor Strategy::step(const Batch& batch, PhaseRecorder& phases, const NextBatch& next) {
   // Only for the length of this step: a strategy cannot keep asking after it returns.
   struct Reset {
     const NextBatch*& slot;
-    ~Reset() { slot = nullptr; }
-  } reset{next_batch_};
+    RecomputeTiming& timing;
+    ~Reset() {
+      slot = nullptr;
+      std::lock_guard<std::mutex> lock(timing.mutex);
+      timing.phases = nullptr;
+    }
+  } reset{next_batch_, *recompute_timing_};
   next_batch_ = &next;
-  return do_step(batch, phases);
+  {
+    std::lock_guard<std::mutex> lock(recompute_timing_->mutex);
+    recompute_timing_->phases = &phases;
+    recompute_timing_->step_thread = std::this_thread::get_id();
+    recompute_timing_->off_thread_seconds.clear();
+  }
+  auto loss = do_step(batch, phases);
+  double longest = 0;
+  {
+    std::lock_guard<std::mutex> lock(recompute_timing_->mutex);
+    for (const auto& [thread, seconds] : recompute_timing_->off_thread_seconds) longest = std::max(longest, seconds);
+  }
+  if (longest > 0) phases.move_measured(Phase::Backward, Phase::Recompute, longest);
+  return loss;
 }
 
 HeldTensors Strategy::held_tensors() {

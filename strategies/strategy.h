@@ -9,6 +9,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "data/data_loader.h"
@@ -18,6 +20,7 @@
 #include "devices/precision.h"
 #include "pipeline/balance.h"
 #include "pipeline/schedule.h"
+#include "workloads/activation_checkpointing.h"
 #include "workloads/workload.h"
 
 namespace ddpbench {
@@ -70,7 +73,23 @@ struct TensorParallelOptions {
   bool sequence_parallel = false;
 };
 
+// The memory levers every strategy takes (docs/memory.md).
+struct MemoryLeverOptions {
+  // --activation-checkpointing: which wrap units keep only their input and recompute in backward.
+  CheckpointPolicy activation_checkpointing;
+  // --grad-accum K: each step's batch in K micro-batches, their gradients summed before the one
+  // optimizer step (strategies/microbatches.h).
+  int grad_accum = 1;
+  // --sync-every-microbatch (ddp, zero1, zero2): reduce the gradients after every micro-batch, not
+  // only after the last (DDP without no_sync), to show what that costs.
+  bool sync_every_microbatch = false;
+  // --no-sync-accum (fsdp): keep each unit's unsharded gradients until the last micro-batch and
+  // reduce-scatter once (FSDP2's set_requires_gradient_sync(False)), instead of every micro-batch.
+  bool no_sync_accum = false;
+};
+
 struct StrategyOptions {
+  MemoryLeverOptions levers;
   DdpOptions ddp;
   HogwildOptions hogwild;
   FsdpOptions fsdp;
@@ -283,6 +302,17 @@ class Strategy {
   std::optional<Batch> next_batch() const { return next_batch_ && *next_batch_ ? (*next_batch_)() : std::nullopt; }
 
  private:
+  // Where a checkpointed unit's recomputation is timed (the `recompute` phase): a scope of the step's
+  // recorder on the step's own thread, else host seconds per thread, the longest moved out of
+  // backward at the step's end (concurrent replicas recompute side by side).
+  struct RecomputeTiming {
+    std::mutex mutex;
+    PhaseRecorder* phases = nullptr;  // the step in progress's, or null
+    std::thread::id step_thread;
+    std::unordered_map<std::thread::id, double> off_thread_seconds;
+  };
+  RecomputeScope recompute_scope();
+  std::shared_ptr<RecomputeTiming> recompute_timing_ = std::make_shared<RecomputeTiming>();
   const NextBatch* next_batch_ = nullptr;  // the step in progress's, or null
   std::mutex optimizers_mutex_;  // hogwild's workers may build theirs on their own threads
   std::vector<const torch::optim::Optimizer*> optimizers_;

@@ -39,6 +39,7 @@
 #include "collectives/gradient_bucketer.h"
 #include "distributed/mesh.h"
 #include "distributed/process_group.h"
+#include "strategies/microbatches.h"
 #include "strategies/rank_state.h"
 #include "strategies/sharded_model.h"
 #include "strategies/strategy.h"
@@ -95,6 +96,10 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
   std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
                                                    const StrategyOptions& options) const override {
     if (devices.is_cuda() && !compat::have_nccl()) return "this LibTorch has no NCCL, which tp needs on CUDA";
+    if (options.levers.grad_accum > 1 && !options.mesh.empty() &&
+        Mesh::parse(options.mesh, mesh_dimension_names(), spec.world_size).find("fsdp")) {
+      return "--grad-accum on a mesh with fsdp is not built yet (tp alone and on dp=D,tp=T take it)";
+    }
     const Workload& workload = WorkloadRegistry::instance().get(spec.workload);
     const int t = tensor_parallel_size(spec, options);
     if (t == 0) return "tp runs on a mesh with a tp dimension, and " + options.mesh + " has none";
@@ -137,6 +142,7 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
     tp_.attach(group_);
     workload_ = &setup.workload;
     global_batch_ = setup.spec.global_batch;
+    grad_accum_ = setup.options.levers.grad_accum;
     shard_planned_layers();
     sequence_parallel_ = setup.options.tp.sequence_parallel;
     if (sequence_parallel_) collect_sequence_parallel_parameters();
@@ -176,14 +182,27 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
       // This rank's gradients enter the reduce-scatters times its fsdp group's share of the batch.
       sharded_->units().begin_step(static_cast<double>(batch.inputs.size(0)) / static_cast<double>(global_batch_), &phases);
     }
-    const auto forward = rank_forward(batch, *workload_, *model_, device_, *group_, {}, precision_, global_batch_, phases);
-    torch::Tensor loss = forward.loss.detach();
-    if (bucketer_) bucketer_->prepare_step(forward.share, loss * forward.share, &phases);
-    if (sharded_) sharded_->units().set_loss(loss * forward.share);
-    {
+    // --grad-accum: the micro-batches' gradients sum in .grad (the tp group's collectives run in each
+    // one's forward and backward); a dp mesh's buckets all-reduce after the last only (no_sync), and
+    // sequence parallelism's LayerNorm gradients are summed over the group once, after the last.
+    const auto micro = split_microbatches(batch, grad_accum_);
+    const double share = static_cast<double>(batch.inputs.size(0)) / static_cast<double>(global_batch_);
+    torch::Tensor loss;
+    for (std::size_t k = 0; k < micro.size(); ++k) {
+      const auto forward = rank_forward(micro[k].batch, *workload_, *model_, device_, *group_, {}, precision_,
+                                        global_batch_, phases);
+      const auto weighted = micro.size() > 1 ? forward.loss * micro[k].weight : forward.loss;
+      loss = loss.defined() ? loss + weighted.detach() : weighted.detach();
+      if (k + 1 == micro.size()) {
+        if (bucketer_) bucketer_->prepare_step(share, loss * share, &phases);
+        if (sharded_) sharded_->units().set_loss(loss * share);
+      }
       auto scope = phases.scope(Phase::Backward);
-      scaler_.scale(forward.loss).backward();
-      if (sequence_parallel_ && !bucketer_) sum_sequence_parallel_gradients();
+      scaler_.scale(weighted).backward();
+    }
+    if (sequence_parallel_ && !bucketer_) {
+      auto scope = phases.scope(Phase::Backward);
+      sum_sequence_parallel_gradients();
     }
     if (sharded_) loss = sharded_->units().finish_backward();  // its wait is the exposed reduce-scatter
     if (bucketer_) {
@@ -426,6 +445,7 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
   std::vector<torch::Tensor> sequence_parallel_parameters_;
   const Workload* workload_ = nullptr;
   std::int64_t global_batch_ = 1;
+  int grad_accum_ = 1;
   c10::Device device_{c10::kCPU};
   ModelPtr model_;
   std::unordered_map<const void*, TensorParallelSplit> held_;  // each column or row layer's, by its weight's TensorImpl

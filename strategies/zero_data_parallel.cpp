@@ -2,6 +2,7 @@
 
 #include "collectives/sharded_buckets.h"
 #include "distributed/process_group.h"
+#include "strategies/microbatches.h"
 #include "strategies/rank_state.h"
 
 namespace ddpbench {
@@ -13,8 +14,12 @@ class ZeroStrategy final : public Strategy {
 
  protected:
   std::optional<std::string> do_unsupported_reason(const CaseSpec&, const DeviceSet& devices,
-                                                   const StrategyOptions&) const override {
+                                                   const StrategyOptions& options) const override {
     if (devices.is_cuda() && !compat::have_nccl()) return "this LibTorch has no NCCL, which " + name_ + " needs on CUDA";
+    if (options.levers.grad_accum > 1 && options.levers.sync_every_microbatch) {
+      // Each round would reduce-scatter into chunks that must add to the last round's.
+      return "--sync-every-microbatch is not built yet for " + name_ + " (its --grad-accum reduces after the last micro-batch)";
+    }
     return std::nullopt;
   }
 
@@ -41,6 +46,7 @@ class ZeroStrategy final : public Strategy {
     optimizer_ = setup.make_optimizer(shards_->optimizer_parameters());
     precision_ = setup.precision;
     scaler_ = LossScaler(precision_);
+    grad_accum_ = setup.options.levers.grad_accum;
   }
 
   torch::Tensor do_step(const Batch& batch, PhaseRecorder& phases) override {
@@ -48,12 +54,18 @@ class ZeroStrategy final : public Strategy {
       auto zero_grad = phases.scope(Phase::Optimizer);
       shards_->free_gradients();
     }
-    // As ddp: rank 0's buffers are the truth, broadcast before every forward.
-    const auto [loss, share] =
-        rank_forward(batch, *workload_, *model_, device_, *group_, buffers_, precision_, global_batch_, phases);
-    torch::Tensor global_loss;
-    shards_->prepare_step(share, loss.detach() * share, &phases);
-    {
+    // --grad-accum: the micro-batches' gradients sum in the full .grad, the buckets' hooks idle until
+    // the last one, whose backward reduce-scatters the sums (DDP's no_sync on the others).
+    const auto micro = split_microbatches(batch, grad_accum_);
+    const double share = static_cast<double>(batch.inputs.size(0)) / static_cast<double>(global_batch_);
+    torch::Tensor rank_loss, global_loss;
+    for (std::size_t k = 0; k < micro.size(); ++k) {
+      // As ddp: rank 0's buffers are the truth, broadcast before every forward.
+      auto forward = rank_forward(micro[k].batch, *workload_, *model_, device_, *group_, buffers_, precision_,
+                                  global_batch_, phases);
+      const auto loss = micro.size() > 1 ? forward.loss * micro[k].weight : forward.loss;
+      rank_loss = rank_loss.defined() ? rank_loss + loss.detach() : loss.detach();
+      if (k + 1 == micro.size()) shards_->prepare_step(share, rank_loss * share, &phases);
       auto scope = phases.scope(Phase::Backward);
       scaler_.scale(loss).backward();
     }
@@ -112,6 +124,7 @@ class ZeroStrategy final : public Strategy {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   Precision precision_ = Precision::Fp32;
   LossScaler scaler_{Precision::Fp32};
+  int grad_accum_ = 1;
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "timing/phase_recorder.h"
 
+#include <algorithm>
+
 #include "compat/torch_compat.h"
 #include "timing/trace.h"
 
@@ -17,6 +19,7 @@ const char* phase_name(Phase phase) {
     case Phase::Forward: return "forward";
     case Phase::GatherLoss: return "gather_loss";
     case Phase::Backward: return "backward";
+    case Phase::Recompute: return "recompute";
     case Phase::Reduce: return "reduce";
     case Phase::CommExposed: return "comm_exposed";
     case Phase::ReduceScatterExposed: return "reduce_scatter_exposed";
@@ -67,7 +70,9 @@ void nvtx_end(std::uint64_t) {}
 PhaseRecorder::Scope::Scope(PhaseRecorder& recorder, Phase phase) : Scope(recorder, phase, std::string()) {}
 
 PhaseRecorder::Scope::Scope(PhaseRecorder& recorder, Phase phase, const std::string& detail)
-    : recorder_(recorder), phase_(phase), start_(std::chrono::steady_clock::now()), parent_(recorder.open_) {
+    : recorder_(recorder), phase_(phase), parent_(recorder.open_) {
+  if (phase_ == recorder_.observed_phase_ && recorder_.observer_) recorder_.observer_(true);
+  start_ = std::chrono::steady_clock::now();
   if (recorder_.cuda_device_ >= 0) start_event_ = compat::cuda_record_event(recorder_.cuda_device_);
   // NVTX copies the message at the push, so a name built here may go with the scope's constructor.
   nvtx_push(detail.empty() ? phase_name(phase) : (std::string(phase_name(phase)) + " " + detail).c_str());
@@ -97,6 +102,13 @@ PhaseRecorder::Scope::~Scope() {
     recorder_.step_[i] += seconds - nested_seconds_;
     if (parent_) parent_->nested_seconds_ += seconds;
   }
+  if (phase_ == recorder_.observed_phase_ && recorder_.observer_) {
+    try {
+      recorder_.observer_(false);
+    } catch (const std::exception&) {
+      // A destructor must not throw; the observer's figure for this scope is lost, nothing else.
+    }
+  }
 }
 
 PhaseRecorder::AsyncRange PhaseRecorder::begin_async(const char* name) const {
@@ -121,9 +133,18 @@ void PhaseRecorder::add_measured(Phase phase, double seconds) {
   used_[static_cast<int>(phase)] = true;
 }
 
+void PhaseRecorder::move_measured(Phase from, Phase to, double seconds) {
+  std::lock_guard<std::mutex> lock(*moves_mutex_);
+  moves_.push_back({from, to, seconds});
+}
+
 void PhaseRecorder::begin_step() {
   step_.fill(0.0);
   pending_.clear();
+  {
+    std::lock_guard<std::mutex> lock(*moves_mutex_);
+    moves_.clear();
+  }
   step_start_ = std::chrono::steady_clock::now();
   nvtx_push("step");
 }
@@ -137,6 +158,17 @@ void PhaseRecorder::end_step() {
     step_[static_cast<int>(pending_[k].phase)] += own;
   }
   pending_.clear();
+  {
+    std::lock_guard<std::mutex> lock(*moves_mutex_);
+    for (const auto& m : moves_) {
+      const double moved = std::min(m.seconds, step_[static_cast<int>(m.from)]);
+      if (moved <= 0) continue;
+      step_[static_cast<int>(m.from)] -= moved;
+      step_[static_cast<int>(m.to)] += moved;
+      used_[static_cast<int>(m.to)] = true;
+    }
+    moves_.clear();
+  }
   nvtx_pop();
   if (trace_) trace_->record("step", step_start_, std::chrono::steady_clock::now(), step_index_);
 }

@@ -5,7 +5,9 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@ enum class Phase : int {
   Forward,
   GatherLoss,
   Backward,
+  Recompute,  // --activation-checkpointing: a checkpointed unit's forward run again inside backward
   Reduce,
   CommExposed,
   ReduceScatterExposed,  // sharded strategies: reduce-scatters backward did not hide
@@ -97,6 +100,17 @@ class PhaseRecorder {
   // A phase timed elsewhere (in a worker process) during this step: counted, but with no NVTX
   // range or trace event of this process's, since it did not run here.
   void add_measured(Phase phase, double seconds);
+  // Moves `seconds` of this step from phase `from` to `to` (at most what `from` has), once the step's
+  // phases are known (end_step): time measured on another thread inside one of this thread's
+  // scopes (a recomputation on an autograd device thread, inside backward). Thread-safe.
+  void move_measured(Phase from, Phase to, double seconds);
+  // Called as each scope of `phase` opens (true) and closes (false), on the thread that opens it,
+  // outside the scope's own time: the harness reads memory at forward's edges. One at a time; an
+  // empty function removes it.
+  void set_observer(Phase phase, std::function<void(bool opening)> observer) {
+    observed_phase_ = phase;
+    observer_ = std::move(observer);
+  }
   // Seconds spent in each phase during the current step (valid after end_step(), which waits for
   // the phases' CUDA events).
   const PhaseSeconds& step_seconds() const { return step_; }
@@ -117,6 +131,14 @@ class PhaseRecorder {
     std::vector<std::size_t> nested;  // pending_ entries of the scopes inside it, not its own time
   };
   std::vector<PendingEvents> pending_;  // this step's phases timed by CUDA events, read at end_step()
+  struct Move {
+    Phase from, to;
+    double seconds;
+  };
+  std::unique_ptr<std::mutex> moves_mutex_ = std::make_unique<std::mutex>();  // a pointer: recorders move (hogwild's vector)
+  std::vector<Move> moves_;  // this step's move_measured, applied at end_step()
+  Phase observed_phase_ = Phase::kCount;
+  std::function<void(bool)> observer_;
 };
 
 }  // namespace ddpbench

@@ -110,6 +110,23 @@ void add_exposed_communication_lines(const std::vector<const CaseRecord*>& cases
   }
 }
 
+// --activation-checkpointing: what the recomputation cost a step, beside what forward then left
+// alive on device 0 (the run without it is another run: ddpbench's sweep is not built yet).
+void add_recompute_lines(const std::vector<const CaseRecord*>& cases, std::vector<std::string>& lines) {
+  for (const CaseRecord* c : cases) {
+    const double recompute = median_phases(*c)[static_cast<int>(Phase::Recompute)] * 1e3;
+    if (recompute <= 0) continue;
+    const double step = c->median_step_seconds() * 1e3;
+    std::string line = c->spec.name() + format(": activation checkpointing recomputed %.1f ms a step", recompute) +
+                       (step > 0 ? format(" (%.0f%% of it)", 100 * recompute / step) : std::string());
+    const auto& memory = c->repetitions.back().memory;
+    if (!memory.empty() && memory[0].activation_bytes) {
+      line += "; forward left " + mebibytes(*memory[0].activation_bytes) + " of activations on device 0";
+    }
+    lines.push_back(line);
+  }
+}
+
 // A pipeline's bubble beside its formula's for equal stages, and why they part: a stage that
 // computes longer than the others (every other waits for it), or, where the stages are even, the
 // sends and receives nothing hid. The median over the repetitions, with their range where there
@@ -215,6 +232,7 @@ std::vector<WorkloadExplanation> explain(const RunRecord& record) {
     add_sharded_lines(cases, e.lines);
     add_exposed_communication_lines(cases, e.lines);
     add_pipeline_lines(cases, e.lines);
+    add_recompute_lines(cases, e.lines);
     out.push_back(std::move(e));
   }
   return out;

@@ -1,5 +1,6 @@
 #include "views/json_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -30,6 +31,11 @@ json strategy_settings_json(const StrategyOptions& o) {
                     {"overlap", o.ddp.overlap}}},
           {"tp", {{"sequence_parallel", o.tp.sequence_parallel}}},
           {"mesh", o.mesh.empty() ? json(nullptr) : json(o.mesh)},
+          // Every strategy's (docs/memory.md).
+          {"levers", {{"activation_checkpointing", o.levers.activation_checkpointing.to_string()},
+                      {"grad_accum", o.levers.grad_accum},
+                      {"sync_every_microbatch", o.levers.sync_every_microbatch},
+                      {"no_sync_accum", o.levers.no_sync_accum}}},
           {"hogwild", {{"mode", to_string(o.hogwild.mode)}, {"sync_every", o.hogwild.sync_every},
                        {"workers", o.hogwild.workers}}},
           {"pp", {{"schedule", pipeline::to_string(o.pipeline.schedule)},
@@ -117,6 +123,7 @@ json memory_json(const std::vector<DeviceMemory>& memory) {
                    {"parameter_bytes", optional_to_json(m.parameter_bytes)},
                    {"gradient_bytes", optional_to_json(m.gradient_bytes)},
                    {"optimizer_state_bytes", optional_to_json(m.optimizer_state_bytes)},
+                   {"activation_bytes", optional_to_json(m.activation_bytes)},
                    {"other_bytes", optional_to_json(other_peak_bytes(m))}});
   }
   return out;
@@ -198,13 +205,17 @@ json ranks_json(const CaseRecord& c, const RepetitionRecord& r) {
   return out;
 }
 
-json case_fields(const CaseRecord& c) {
+json case_fields(const CaseRecord& c, const RunSettings& s) {
   json f = {{"workload", c.spec.workload},
             {"strategy", c.spec.strategy},
             {"world_size", c.spec.world_size},
             {"device_kind", to_string(c.device_kind)},
             {"threads_per_device", c.threads_per_device},
             {"global_batch", c.spec.global_batch},
+            // --grad-accum: the micro-batches of each optimizer step's global batch, and the samples
+            // of one over every rank (docs/memory.md).
+            {"micro_batches", s.strategy_options.levers.grad_accum},
+            {"micro_batch_samples", c.spec.global_batch / std::max(1, s.strategy_options.levers.grad_accum)},
             {"status", to_string(c.status)},
             {"reason", c.reason.empty() ? json(nullptr) : json(c.reason)},
             {"note", c.note.empty() ? json(nullptr) : json(c.note)},
@@ -264,7 +275,7 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     e["cpu_time"] = 0;
     e["error_occurred"] = true;
     e["error_message"] = c.reason;
-    e["ddpbench"] = case_fields(c);
+    e["ddpbench"] = case_fields(c, s);
     benchmarks.push_back(e);
     return;
   }
@@ -284,7 +295,7 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     e["cpu_time"] = cpu_ms.back();
     e["items_per_second"] = items.back();
     mark_error(e, c);
-    json f = case_fields(c);
+    json f = case_fields(c, s);
     f["partial"] = partial;
     json steps = json::array();
     for (double t : r.step_seconds) steps.push_back(t * 1e3);
@@ -327,6 +338,7 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
       take_max(peak[d].parameter_bytes, r.memory[d].parameter_bytes);
       take_max(peak[d].gradient_bytes, r.memory[d].gradient_bytes);
       take_max(peak[d].optimizer_state_bytes, r.memory[d].optimizer_state_bytes);
+      take_max(peak[d].activation_bytes, r.memory[d].activation_bytes);
     }
   }
 
@@ -350,7 +362,7 @@ void add_case(json& benchmarks, const CaseRecord& c, int family_index, const Run
     e["cpu_time"] = a.fn(cpu_ms);
     e["items_per_second"] = a.fn(items);
     mark_error(e, c);
-    json f = case_fields(c);
+    json f = case_fields(c, s);
     f["partial"] = partial;
     PhaseSeconds phases{};
     for (int p = 0; p < kPhaseCount; ++p) {

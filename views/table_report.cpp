@@ -146,8 +146,30 @@ std::string format_table(const RunRecord& record) {
                       bytes(*m.parameter_bytes) + " + gradients " + bytes(*m.gradient_bytes) +
                       " + optimizer state " + bytes(*m.optimizer_state_bytes) + " + other " + bytes(*other));
   }
-  if (!by_kind.empty()) out << "memory on device 0 at its peak (held between steps, by kind; other: activations, buffers):\n";
+  if (!by_kind.empty()) {
+    out << "memory on device 0 at its peak (held between steps, by kind; other: the rest at the peak, what forward "
+           "saved and temporaries):\n";
+  }
   for (const auto& line : by_kind) out << "  " << line << '\n';
+  // Activations per device: what forward left alive for backward, at the end of forward (when no
+  // gradient exists yet, so not a part of the sum above, whose peak is usually in backward).
+  std::vector<std::string> activations;
+  for (const auto& c : record.cases) {
+    if (c.repetitions.empty()) continue;
+    std::string per_device;
+    bool any = false;
+    for (const auto& m : c.repetitions.back().memory) {
+      per_device += std::string(per_device.empty() ? "" : ", ") + (m.activation_bytes ? bytes(*m.activation_bytes) : "cannot tell");
+      any = any || m.activation_bytes.has_value();
+    }
+    if (any) activations.push_back(c.spec.name() + ": " + per_device);
+  }
+  if (!activations.empty()) {
+    const auto& policy = record.settings.strategy_options.levers.activation_checkpointing;
+    out << "activations per device (alive at the end of forward; activation checkpointing: " << policy.to_string()
+        << "):\n";
+  }
+  for (const auto& line : activations) out << "  " << line << '\n';
   const auto why = explain(record);
   if (!why.empty()) out << "why:\n";
   for (const auto& e : why) {

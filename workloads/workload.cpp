@@ -107,6 +107,15 @@ torch::Tensor WorkloadModel::call_sequence_region(const torch::Tensor& hidden, s
   return layer_hooks_ == nullptr ? hidden : layer_hooks_->enter_sequence_region(hidden, sequence_dim);
 }
 
+torch::Tensor WorkloadModel::call_unit(std::size_t unit, const torch::Tensor& input,
+                                       const std::function<torch::Tensor(const torch::Tensor&)>& body) {
+  const bool checkpointed = checkpointing_ != nullptr && checkpointing_->policy.checkpoints(unit);
+  auto run = [&] { return checkpointed ? run_checkpointed(input, body, checkpointing_->recompute_scope) : body(input); };
+  if (unit_hooks_ == nullptr) return run();
+  unit_hooks_->before_unit(unit);
+  return unit_hooks_->after_unit(unit, run());
+}
+
 torch::Tensor WorkloadModel::chain_unit(std::size_t, const torch::Tensor&) {
   throw std::logic_error("chain_unit on a model that is no chain: " + chain_refusal());
 }
@@ -119,7 +128,7 @@ torch::Tensor WorkloadModel::forward_range(const torch::Tensor& x, std::size_t b
                            std::to_string(n) + " units");
   }
   torch::Tensor h = begin == 0 ? chain_head(x) : x;
-  for (std::size_t i = begin; i < end; ++i) h = call_unit(i, [&] { return chain_unit(i, h); });
+  for (std::size_t i = begin; i < end; ++i) h = call_unit(i, h, [this, i](const torch::Tensor& x) { return chain_unit(i, x); });
   return end == n ? chain_tail(h) : h;
 }
 
@@ -127,7 +136,7 @@ torch::Tensor WorkloadModel::forward_before_tail(const torch::Tensor& input) {
   const std::size_t n = chain_length();
   if (n == 0) throw std::logic_error("forward_before_tail on a model that is no chain: " + chain_refusal());
   torch::Tensor h = chain_head(input);
-  for (std::size_t i = 0; i < n; ++i) h = call_unit(i, [&] { return chain_unit(i, h); });
+  for (std::size_t i = 0; i < n; ++i) h = call_unit(i, h, [this, i](const torch::Tensor& x) { return chain_unit(i, x); });
   return h;
 }
 
@@ -169,6 +178,7 @@ ModelPtr clone_model(const WorkloadModel& model, const c10::Device& device) {
   copy_by_name(model.named_parameters(), parameters, model.name(), "parameters");
   copy_by_name(model.named_buffers(), buffers, model.name(), "buffers");
   copy->train(model.is_training());
+  copy->set_activation_checkpointing(model.activation_checkpointing());
   return copy;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "workloads/activation_checkpointing.h"
 #include "workloads/tensor_parallel_plan.h"
 
 namespace ddpbench {
@@ -69,6 +70,14 @@ class WorkloadModel : public torch::nn::Module {
   // Installed by the strategy that shards the model (fsdp), for as long as it runs it; nothing by
   // default, and then call_unit costs one null test.
   void set_unit_hooks(UnitCallHooks* hooks) { unit_hooks_ = hooks; }
+  // --activation-checkpointing: the units its policy names keep only their inputs and recompute
+  // their forward in backward (workloads/activation_checkpointing.h). Installed by Strategy::setup
+  // on the model it is given and carried by clone_model to every replica; only units run through
+  // call_unit (a chain's) are checkpointed, so a model that is no chain cannot take it. Null: none.
+  void set_activation_checkpointing(std::shared_ptr<const ActivationCheckpointing> checkpointing) {
+    checkpointing_ = std::move(checkpointing);
+  }
+  const std::shared_ptr<const ActivationCheckpointing>& activation_checkpointing() const { return checkpointing_; }
 
   // Megatron's tensor parallelism (workloads/tensor_parallel_plan.h): the layers a tp group splits,
   // each linear layer run through call_linear (a column layer's output reaching only elementwise
@@ -132,17 +141,16 @@ class WorkloadModel : public torch::nn::Module {
   // The hooks installed, or null: for a model that runs its units some other way than call_unit
   // (a TorchScript module's, models/scripted_units.h).
   UnitCallHooks* unit_hooks() const { return unit_hooks_; }
-  // Runs unit `unit`'s part of forward, `body` returning its output, between the hooks if any.
-  template <typename Body>
-  torch::Tensor call_unit(std::size_t unit, Body&& body) {
-    if (unit_hooks_ == nullptr) return body();
-    unit_hooks_->before_unit(unit);
-    return unit_hooks_->after_unit(unit, body());
-  }
+  // Runs unit `unit`'s part of forward, body(input) returning its output, between the hooks if any,
+  // checkpointed where the policy says (then `body` runs again in backward: it may keep no reference
+  // to anything of the caller's frame but what it captured by value).
+  torch::Tensor call_unit(std::size_t unit, const torch::Tensor& input,
+                          const std::function<torch::Tensor(const torch::Tensor&)>& body);
 
  private:
   UnitCallHooks* unit_hooks_ = nullptr;
   LayerCallHooks* layer_hooks_ = nullptr;
+  std::shared_ptr<const ActivationCheckpointing> checkpointing_;
 };
 
 // The fresh_instance() of a model built by its default constructor.

@@ -237,6 +237,18 @@ def test_dataparallel_and_hogwild_stop_at_the_node():
     assert p.hogwild(case("single"), 16).status == "refused"
 
 
+def test_a_checkpointed_cases_recomputation_is_replayed_as_backwards_compute():
+    # --activation-checkpointing: recompute runs inside backward, between the gradients it yields.
+    doc = outside_doc({"forward": 10.0}, {"forward": 10.0})
+    for b in doc["benchmarks"]:
+        b["run_type"], b["aggregate_name"], b["name"], b["real_time"], b["time_unit"] = "aggregate", "median", b["run_name"], 40.0, "ms"
+    doc["benchmarks"][1]["ddpbench"]["phases_ms"]["recompute"] = 7.0
+    by_name = {c.name: c for c in model.measured_cases(doc)}
+    assert by_name["w/ddp/world:1"].phase("backward") == pytest.approx(27e-3)
+    assert by_name["w/ddp/world:1"].phase("recompute") == 0
+    assert by_name["w/ddp/world:2"].phase("backward") == pytest.approx(20e-3)
+
+
 def test_a_real_runs_timeline_is_replayed(real_run):
     doc = results.load(str(real_run))
     cases = model.measured_cases(doc)

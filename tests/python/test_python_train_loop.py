@@ -41,3 +41,38 @@ def test_the_loop_trains_gpt2_with_either_loss(loss):
     assert out.returncode == 0, out.stderr
     (step,) = json.loads(out.stdout)["step_ms"]
     assert step > 0
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_checkpointing_the_units_changes_no_gradient(name):
+    """The peer of compare_checkpointing.py checkpoints each of ddpbench's units: the same gradients as
+    without, so the two sides time the same arithmetic."""
+    import python_train_loop as loop
+
+    def gradients(checkpoint):
+        loop.CHECKPOINT = checkpoint
+        torch.manual_seed(0)
+        model, _, inputs, targets, _ = loop.workload(name, 4, torch.device("cpu"))
+        logits = model(inputs[:4])
+        F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets[:4].reshape(-1)).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    calls = []
+    through_checkpoint = loop.checkpointed
+
+    def counted(module, *inputs):
+        calls.append(module)
+        return through_checkpoint(module, *inputs)
+
+    loop.checkpointed = counted
+    try:
+        plain = gradients(False)
+        assert not calls
+        checkpointed = gradients(True)
+    finally:
+        loop.CHECKPOINT = False
+        loop.checkpointed = through_checkpoint
+    assert len(calls) == {"mlp": 4, "transformer": 2}[name], "each of ddpbench's units checkpointed once"
+    assert len(plain) == len(checkpointed)
+    for got, want in zip(checkpointed, plain):
+        assert torch.equal(got, want)

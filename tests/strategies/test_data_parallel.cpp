@@ -78,7 +78,7 @@ class ProbeDataParallel final : public DataParallelStrategy {
   WorkloadModel& replica_model(int i) { return replica(i); }
 
  protected:
-  torch::Tensor forward_backward(const Batch&, PhaseRecorder&) override {
+  torch::Tensor forward_backward(const Batch&, PhaseRecorder&, double) override {
     workers().run([&](int i) {
       torch::Tensor loss = torch::zeros({});
       for (const auto& p : replica(i).parameters()) loss = loss + p.sum() * (i + 1);

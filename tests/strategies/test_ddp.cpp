@@ -71,6 +71,39 @@ TEST_P(DdpParity, MatchesSingleOnMlp) {
 INSTANTIATE_TEST_SUITE_P(World, DdpParity, ::testing::Values(2, 3),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
+// --grad-accum 4: the buckets all-reduce after the last micro-batch only (no_sync on the others),
+// one step's traffic; --sync-every-microbatch all-reduces after each, four times it. Both compute
+// single's steps on the whole batch (float64 parity), and the table says how each step was cut.
+TEST(DdpRun, AccumulatesWithOneAllReduceAStepOrOneAMicroBatch) {
+  auto run = [](const std::vector<std::string>& flags, std::string* out = nullptr) {
+    ScratchDir dir;
+    std::vector<std::string> args = {"--strategy", "ddp", "--workload", "mlp", "--device", "cpu", "--world-size", "2",
+                                     "--batch", "16", "--dataset-size", "64", "--steps", "2", "--warmup", "1",
+                                     "--repetitions", "1", "--parity-steps", "2", "--threads", "1",
+                                     "--json", dir.file("r.json")};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto r = run_process(ddpbench_args(args));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    if (out) *out = r.out;
+    const json doc = json::parse(read_text(dir.file("r.json")));
+    const json* c = find_case(doc, "mlp/ddp/world:2");
+    return c ? (*c)["ddpbench"] : json();
+  };
+  std::string table;
+  const json plain = run({}), no_sync = run({"--grad-accum", "4"}, &table),
+             every = run({"--grad-accum", "4", "--sync-every-microbatch"});
+  for (const json* d : {&plain, &no_sync, &every}) {
+    ASSERT_EQ((*d)["status"], "ok") << (*d)["reason"];
+    EXPECT_LE((*d)["parity"]["max_rel_param_diff"].get<double>(), 1e-9) << (*d)["parity"].dump();
+  }
+  const auto bytes = [](const json& d) { return d["comm"]["bytes_per_step"].get<double>(); };
+  EXPECT_EQ(bytes(no_sync), bytes(plain));
+  EXPECT_EQ(bytes(every), 4 * bytes(plain));
+  EXPECT_EQ(every["comm"]["buckets"].get<int>(), 4 * plain["comm"]["buckets"].get<int>());
+  EXPECT_NE(table.find("memory levers: activation checkpointing none; 4 micro-batches a step, each 1/4 of the batch"),
+            std::string::npos) << table;
+}
+
 TEST(DdpRun, SyncBatchNormMatchesSingleOnConvnet) {
   ScratchDir dir;
   const auto synced = run_process(ddp_run(dir.file("s.json"), {"--strategy", "ddp", "--workload", "convnet",

@@ -102,6 +102,48 @@ TEST(FsdpRun, SendsOneAndAHalfTimesDdpsBytesWithReshardingAfterForwardAndOnceWit
   }
 }
 
+// --grad-accum 4: by default every micro-batch is a round of its own (FSDP2's default), so four
+// times the all-gathers and reduce-scatters of a step without, each reduce-scatter adding into the
+// chunks; under --no-sync-accum one reduce-scatter a step, and the units' unsharded gradients held
+// from the first micro-batch to it: a higher peak. There a unit stays gathered from its backward to
+// the next micro-batch's forward, so each further micro-batch gathers it once more, not twice.
+// Both compute single's steps on the whole batch (float64 parity).
+TEST(FsdpRun, AccumulatesByReduceScatteringEveryMicroBatchOrOnceHoldingTheUnshardedGradients) {
+  auto run = [](const std::vector<std::string>& flags) {
+    ScratchDir dir;
+    std::vector<std::string> args = {"--strategy", "fsdp", "--world-size", "2", "--parity-steps", "2", "--batch", "16",
+                                     "--dataset-size", "64"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto r = run_process(fsdp_run(dir.file("r.json"), args));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const json doc = json::parse(read_text(dir.file("r.json")));
+    const json* c = find_case(doc, "mlp/fsdp/world:2");
+    return c ? (*c)["ddpbench"] : json();
+  };
+  const json plain = run({}), rounds = run({"--grad-accum", "4"}), held = run({"--grad-accum", "4", "--no-sync-accum"});
+  for (const json* d : {&plain, &rounds, &held}) {
+    ASSERT_EQ((*d)["status"], "ok") << (*d)["reason"];
+    EXPECT_LE((*d)["parity"]["max_rel_param_diff"].get<double>(), 1e-9) << (*d)["parity"].dump();
+  }
+  auto traffic = [](const json& d, const char* kind) { return d["comm"][kind].get<double>(); };
+  for (const char* kind : {"reduce_scatter_bytes_per_step", "all_gather_bytes_per_step"}) {
+    EXPECT_EQ(traffic(rounds, kind), 4 * traffic(plain, kind)) << kind;
+  }
+  EXPECT_EQ(traffic(held, "reduce_scatter_bytes_per_step"), traffic(plain, "reduce_scatter_bytes_per_step"));
+  // mlp's units are the whole model: 2 gathers of it a plain step, 2 + 3 under --no-sync-accum.
+  EXPECT_EQ(traffic(held, "all_gather_bytes_per_step"), 2.5 * traffic(plain, "all_gather_bytes_per_step"));
+  EXPECT_EQ(rounds["micro_batches"], 4);
+  EXPECT_EQ(rounds["micro_batch_samples"], 4);
+  // Each rank's unit buffers hold its unsharded gradients, mlp's whole 11.65 MB, where a plain step
+  // holds at most its chunks' half of them besides a unit's buffer in flight; the activations are a
+  // quarter of the plain step's either way.
+  const double unsharded = 2913290.0 * 4;
+  const auto peak = [](const json& d) { return d["memory"][0]["peak_allocated_bytes"].get<double>(); };
+  EXPECT_GT(peak(held) - peak(plain), 0.5 * unsharded) << "held " << peak(held) << ", plain " << peak(plain);
+  const auto activations = [](const json& d) { return d["memory"][0]["activation_bytes"].get<double>(); };
+  EXPECT_LT(activations(rounds), 0.3 * activations(plain));
+}
+
 // ZeRO-3's row of SHARDED.md's table, per rank at world N: parameters, gradients and optimizer state
 // (mlp: SGD momentum, one buffer) each 1/N of mlp's 2,913,290 float32 parameters, within padding;
 // the peak holds them plus the rest (activations, gathered units, communication buffers).

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -124,6 +125,26 @@ TEST_P(HogwildRun, RunsEveryWorkloadWithSyncEvery) {
     EXPECT_EQ(b["ddpbench"]["async"]["updates"], 4) << b["name"];
   }
   EXPECT_EQ(cases, 4);
+}
+
+TEST_P(HogwildRun, GptAtItsGivenSizeTrainsCheckpointedAndAccumulatingInEveryWorker) {
+  // The workers build the parent's model: gpt2 at --gpt2-size and --seq-len (worker processes had
+  // built GPT-2 small and failed to match), each block checkpointed and each update two
+  // micro-batches (processes mode: both in the control block).
+  ScratchDir dir;
+  const auto r = run_process(hogwild_run(dir.file("r.json"), {"--workload", "gpt2", "--gpt2-size", "2:4:64:512", "--seq-len", "8",
+                                                              "--hogwild-mode", GetParam(), "--batch", "8",
+                                                              "--dataset-size", "32", "--activation-checkpointing", "full",
+                                                              "--grad-accum", "2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const json* c = find_case(doc, "gpt2/hogwild/world:2");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ((*c)["ddpbench"]["status"], "ok") << (*c)["ddpbench"]["reason"];
+  const auto& levers = doc["context"]["ddpbench"]["settings"]["strategy_settings"]["levers"];
+  EXPECT_EQ(levers["activation_checkpointing"], "full");
+  EXPECT_EQ(levers["grad_accum"], 2);
+  EXPECT_TRUE(std::isfinite((*c)["ddpbench"]["final_loss"].get<double>()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Mode, HogwildRun, ::testing::Values("threads", "processes"),

@@ -129,6 +129,24 @@ TEST(Explain, SaysTheCommunicationEachCaseExposesAndOnAMeshWhatEachDimensionCarr
   EXPECT_EQ(exposed[1], "wide-logits/ddp/world:4: 100.0 ms of communication exposed a step (10% of it)");
 }
 
+TEST(Explain, SaysWhatCheckpointingRecomputedAndWhatActivationsForwardLeft) {
+  RunRecord record;
+  record.cases.push_back(make_case("single", 1, 1.0, {{Phase::Backward, 0.6}}));
+  CaseRecord checkpointed = make_case("fsdp", 2, 0.8, {{Phase::Backward, 0.4}, {Phase::Recompute, 0.2}});
+  DeviceMemory device0;
+  device0.activation_bytes = 3 << 20;
+  checkpointed.repetitions.back().memory = {device0};
+  record.cases.push_back(checkpointed);
+  const auto why = explain(record);
+  ASSERT_EQ(why.size(), 1u);
+  std::vector<std::string> recomputed;
+  for (const auto& l : why[0].lines)
+    if (l.find("activation checkpointing") != std::string::npos) recomputed.push_back(l);
+  ASSERT_EQ(recomputed.size(), 1u) << "single recomputed nothing: no line";
+  EXPECT_EQ(recomputed[0], "wide-logits/fsdp/world:2: activation checkpointing recomputed 200.0 ms a step (25% of it); "
+                           "forward left 3 MiB of activations on device 0");
+}
+
 // A pipeline's line: the bubble's median over the repetitions with their range, beside the formula;
 // the cut and its profile; and the rank that computes longest, by its median.
 TEST(Explain, APipelinesBubbleIsTheMedianOverRepetitionsWithTheirRange) {
