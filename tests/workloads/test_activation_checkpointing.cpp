@@ -83,7 +83,9 @@ TEST(ActivationCheckpointing, GivesThePlainRunsGradientsWithTheSameDropoutMaskAn
       // The recomputation runs the same kernels on the same values: equal to the bit.
       EXPECT_TRUE(torch::equal(plain.parameters[i], checkpointed.parameters[i])) << "parameter " << i;
     }
-    if (input_requires_grad) EXPECT_TRUE(torch::equal(plain.input, checkpointed.input));
+    if (input_requires_grad) {
+      EXPECT_TRUE(torch::equal(plain.input, checkpointed.input));
+    }
     EXPECT_TRUE(torch::equal(plain.next_draw, checkpointed.next_draw)) << "the recomputation moved the generator on";
   }
 }
