@@ -78,6 +78,10 @@ TEST(RankOptions, EveryFlagOfHelpSurvivesTheTripToARank) {
       {"--pp-balance", {"--pp-balance", "params", "--strategy", "pp"}},
       {"--pp-split", {"--pp-split", "1", "--strategy", "pp"}},
       {"--workload-lib", {"--workload-lib", DDPBENCH_EXAMPLE_PLUGIN, "--workload", "swish-mlp"}},
+      {"--activation-checkpointing", {"--activation-checkpointing", "every:2"}},
+      {"--grad-accum", {"--grad-accum", "2"}},
+      {"--sync-every-microbatch", {"--sync-every-microbatch", "--grad-accum", "2"}},
+      {"--no-sync-accum", {"--no-sync-accum", "--grad-accum", "2"}},
   };
   // The launching process's own flags, and those tested on their way elsewhere.
   const std::set<std::string> not_for_ranks = {
