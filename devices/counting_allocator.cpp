@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <mutex>
 
 #include "compat/torch_compat.h"
@@ -55,9 +56,66 @@ struct alignas(64) AllocationHeader {
 };
 static_assert(sizeof(AllocationHeader) == 64, "the header keeps the 64-byte alignment of the data");
 
+// Freed blocks above glibc's largest mmap threshold (32 MiB), kept by their size for the next
+// allocation of that size, as a GPU's caching allocator keeps its blocks: glibc gives every such
+// block back to the kernel, and the next one of the size (each step's gradients, a gathered unit, a
+// float64 copy of a large layer) costs a page fault per 4 KiB. Measured on the development VM before
+// this cache: wide-logits' float64 parity pass (its 32768x512 layer's 128 MiB tensors) spent more
+// time in the kernel than in LibTorch. Bounded by kMaxCachedBytes; an allocation that fails first
+// empties the cache and tries again, so a limit on the address space sees no cached block.
+constexpr std::size_t kLargeBlockBytes = std::size_t{32} << 20;
+constexpr std::size_t kMaxCachedBytes = std::size_t{1} << 30;
+
+struct CachedBlock {
+  void* inner_context;
+  c10::DeleterFnPtr inner_deleter;
+  AllocationHeader* header;
+};
+
+class LargeBlockCache {
+ public:
+  // A cached block of exactly `total` bytes (header included), or none.
+  std::optional<CachedBlock> take(std::size_t total) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.find(total);
+    if (it == blocks_.end()) return std::nullopt;
+    CachedBlock block = it->second;
+    blocks_.erase(it);
+    cached_ -= total;
+    return block;
+  }
+  // Keeps the block if the cache has room for it; false where the caller must free it.
+  bool keep(std::size_t total, const CachedBlock& block) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cached_ + total > kMaxCachedBytes) return false;
+    blocks_.emplace(total, block);
+    cached_ += total;
+    return true;
+  }
+  // Frees every cached block; whether there was one.
+  bool release_all() {
+    std::multimap<std::size_t, CachedBlock> blocks;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocks.swap(blocks_);
+      cached_ = 0;
+    }
+    for (auto& [total, block] : blocks) block.inner_deleter(block.inner_context);
+    return !blocks.empty();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::multimap<std::size_t, CachedBlock> blocks_;
+  std::size_t cached_ = 0;
+};
+LargeBlockCache g_large_blocks;
+
 void delete_counted(void* data) {
   auto* header = static_cast<AllocationHeader*>(data) - 1;
   g_counters[header->device].current.fetch_sub(header->bytes, std::memory_order_relaxed);
+  const std::size_t total = static_cast<std::size_t>(header->bytes) + sizeof(AllocationHeader);
+  if (total >= kLargeBlockBytes && g_large_blocks.keep(total, {header->inner_context, header->inner_deleter, header})) return;
   header->inner_deleter(header->inner_context);
 }
 
@@ -66,19 +124,41 @@ class CountingCpuAllocator final : public compat::WrappingAllocator {
   using WrappingAllocator::WrappingAllocator;
 
   c10::DataPtr allocate(size_t n) DDPBENCH_ALLOCATE_QUALIFIER override {
-    c10::DataPtr inner_ptr = inner()->allocate(n + sizeof(AllocationHeader));
-    const c10::Device device = inner_ptr.device();
-    auto* header = static_cast<AllocationHeader*>(inner_ptr.get());
+    const std::size_t total = n + sizeof(AllocationHeader);
+    AllocationHeader* header = nullptr;
+    if (total >= kLargeBlockBytes) {
+      if (auto cached = g_large_blocks.take(total)) {
+        header = cached->header;
+        header->inner_deleter = cached->inner_deleter;
+        header->inner_context = cached->inner_context;
+      }
+    }
+    if (header == nullptr) {
+      c10::DataPtr inner_ptr = allocate_inner(total);
+      header = static_cast<AllocationHeader*>(inner_ptr.get());
+      header->inner_deleter = inner_ptr.get_deleter();
+      header->inner_context = inner_ptr.release_context();
+    }
     header->bytes = static_cast<std::int64_t>(n);
     header->device = t_device;
-    header->inner_deleter = inner_ptr.get_deleter();
-    header->inner_context = inner_ptr.release_context();
     add_bytes(header->device, header->bytes);
     void* data = header + 1;
-    return {data, data, &delete_counted, device};
+    return {data, data, &delete_counted, c10::Device(c10::DeviceType::CPU)};
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &delete_counted; }
+
+ private:
+  // The inner allocator's block; where it fails (no memory, an address-space limit), the cached
+  // blocks go back first and it is asked once more, so the cache never turns a fit into a failure.
+  c10::DataPtr allocate_inner(std::size_t total) const {
+    try {
+      return inner()->allocate(total);
+    } catch (const c10::Error&) {
+      if (!g_large_blocks.release_all()) throw;
+    }
+    return inner()->allocate(total);
+  }
 };
 
 }  // namespace

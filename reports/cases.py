@@ -15,6 +15,7 @@ class Case:
         self.iterations = []
         self.median = None
         self.fields = None
+        self.context = {}  # its file's context: the settings it ran with (reports/levers.py reads its levers)
 
     @property
     def workload(self):
@@ -78,6 +79,7 @@ def collect_cases(docs):
             case = cases.setdefault(key, Case(name, source))
             if case.fields is None:
                 case.fields = b["ddpbench"]
+                case.context = doc["context"]
             if b["run_type"] == "iteration" and not b.get("error_occurred"):
                 case.iterations.append(b)
             elif b.get("aggregate_name") == "median":

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 
-from . import stats  # noqa: E402
+from . import levers, stats  # noqa: E402
 from .cases import label as case_label, measured  # noqa: E402
 
 PHASE_ORDER = ["data", "replicate", "scatter", "forward", "gather_loss", "backward", "recompute", "reduce", "comm_exposed",
@@ -226,9 +226,45 @@ def chart_step_times(cases, out_dir):
     return _save(fig, out_dir, "step_times.png")
 
 
+def chart_levers(cases, out_dir):
+    """Peak memory per device against throughput, a panel per workload, a line per strategy and world
+    through its settings (sorted by peak), each point labelled with its setting."""
+    found = levers.groups(cases)
+    if not found:
+        return None
+    firsts = [next(iter(v.values())) for v in found.values()]
+    fig, panels = _per_workload(firsts)
+    for ax, w, _ in panels:
+        right = top = 0.0
+        for (workload, strategy, world), settings in found.items():
+            if workload != w:
+                continue
+            pts = []
+            for setting, c in settings.items():
+                peak, _ = levers.figures(c)
+                if peak is not None:
+                    pts.append((peak / 2 ** 20, stats.median(c.throughputs), levers.short_text(setting)))
+            pts.sort()
+            if not pts:
+                continue
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{strategy} world {world}")
+            for (x, y), text in shared_labels([(text, x, y) for x, y, text in pts]):
+                ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+            right, top = max(right, max(p[0] for p in pts)), max(top, max(p[1] for p in pts))
+        ax.set_title(w)
+        ax.set_xlabel("peak per device (MiB, fullest device)")
+        ax.set_ylabel("samples/s (median)")
+        ax.set_xlim(0, 1.35 * right or 1)
+        ax.set_ylim(0, 1.1 * top or 1)
+        ax.legend(fontsize=7)
+    fig.suptitle("Memory levers: peak per device against throughput (a point per setting)")
+    return _save(fig, out_dir, "levers.png")
+
+
 CHARTS = [("Throughput", chart_throughput), ("Scaling efficiency", chart_scaling), ("Memory per device", chart_memory),
           ("Memory by kind", chart_memory_by_kind),
           ("Memory per device against throughput", chart_memory_vs_throughput),
+          ("Memory levers: peak per device against throughput", chart_levers),
           ("Phase breakdown", chart_phases), ("Loss against samples seen", chart_loss),
           ("Step-time distributions", chart_step_times)]
 

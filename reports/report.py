@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 # matplotlib's math mode (which fails on anything that is not valid TeX).
 matplotlib.rcParams["text.parse_math"] = False
 
-from . import pipeline_timeline, projection_file, results, stats  # noqa: E402
+from . import levers, pipeline_timeline, projection_file, results, stats  # noqa: E402
 from .cases import collect_cases, measured  # noqa: E402
 from .charts import CHARTS, chart_micro  # noqa: E402
 
@@ -98,6 +98,10 @@ def render_html(docs, cases, charts):
     why = [line for _, doc in docs for w in doc.get("ddpbench", {}).get("why", []) for line in w.get("lines", [])]
     parts.append("<h2>Verdict per workload</h2><ul>" + "".join(f"<li>{e(v)}</li>" for v in (why or verdicts(cases)))
                  + "</ul>")
+    lever_lines = levers.why_lines(cases)
+    if lever_lines:
+        parts.append("<h2>Memory levers against the plain run</h2><ul>" + "".join(f"<li>{e(v)}</li>" for v in lever_lines)
+                     + "</ul>")
     rows = []
     for c in cases:
         med = c.median["ddpbench"] if c.median else {}

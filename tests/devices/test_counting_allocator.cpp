@@ -29,6 +29,34 @@ TEST(CpuMemoryCounter, AttributesAnAllocationToTheThreadsDevice) {
   EXPECT_LT(CpuMemoryCounter::peak_bytes(1) - before1, kBytes);
 }
 
+// A freed block above glibc's mmap threshold (32 MiB) is kept for the next allocation of its size,
+// as a GPU's caching allocator keeps its blocks, instead of going back to the kernel to be faulted
+// in again: the same size gets the same block, counted again as allocated on the device that now
+// takes it; the counter says nothing of the cached bytes.
+TEST(CpuMemoryCounter, AFreedLargeBlockServesTheNextAllocationOfItsSize) {
+  CpuMemoryCounter::install();
+  constexpr std::int64_t kBytes = 48 << 20;
+  const std::int64_t before = CpuMemoryCounter::current_bytes(3);
+  CpuMemoryCounter::DeviceScope scope(3);
+  const void* first = nullptr;
+  {
+    auto t = torch::empty({kBytes / 4}, torch::kFloat32);
+    first = t.data_ptr();
+    t.fill_(7.0f);
+    EXPECT_EQ(CpuMemoryCounter::current_bytes(3) - before, kBytes);
+  }
+  EXPECT_EQ(CpuMemoryCounter::current_bytes(3), before) << "a cached block is no longer the device's";
+  auto again = torch::empty({kBytes / 4}, torch::kFloat32);
+  EXPECT_EQ(again.data_ptr(), first);
+  // The very block, not fresh pages the kernel happened to map at the same address (those are zero).
+  EXPECT_EQ(again[0].item<float>(), 7.0f);
+  EXPECT_EQ(again[kBytes / 4 - 1].item<float>(), 7.0f);
+  EXPECT_EQ(CpuMemoryCounter::current_bytes(3) - before, kBytes);
+  // Another size does not take it.
+  auto other = torch::empty({kBytes / 4 + 1024}, torch::kFloat32);
+  EXPECT_NE(other.data_ptr(), first);
+}
+
 TEST(CpuMemoryCounter, FreeOnAnotherThreadCreditsTheAllocatingDevice) {
   CpuMemoryCounter::install();
   const std::int64_t before = CpuMemoryCounter::current_bytes(3);

@@ -152,20 +152,23 @@ TEST(PpMemory, OneFOneBHoldsFewerActivationsOnTheFirstStageThanGPipe) {
 }
 
 // On a workload whose units take known, equal times (tests/support/timed_chain_plugin.cpp: four
-// units sleeping 10 ms forward and 20 ms backward), the share of the step the ranks wait on their
+// units sleeping 20 ms forward and 40 ms backward), the share of the step the ranks wait on their
 // neighbours is the schedule's formula, (p - 1) / (m + p - 1), or (p - 1) / (V m + p - 1)
 // interleaved, at p = 2 and several m, to within 5 points: the rest of a step (the loss's
-// all-reduce, the optimizer of 8x8 layers, a hop's wake-up) is small beside 60 ms of a stage's
-// work a micro-batch.
+// all-reduce, the optimizer of 8x8 layers, a hop's wake-up) is small beside 120 ms of a stage's
+// work a micro-batch. Why 20 ms and not 10: every hop lies on the step's critical path, and a CI
+// run on a busy 2-core machine measured 1f1b at m = 8 with 10 ms units as 0.168 against 0.111 (a
+// rank waited ~100 ms a step where the formula gives 60: 16 hops a step, ~2.5 ms each); doubling
+// the work halves that share. gpipe at m = 4 and 1f1b at m = 2 (formulas the other shapes already hold) were dropped to
+// keep the test's time.
 TEST(PpBubble, FollowsTheFormulaOnEqualStages) {
   struct Shape {
     std::string schedule;
     int microbatches;
     double expected;
   };
-  for (const Shape& shape : {Shape{"gpipe", 2, 1.0 / 3}, Shape{"gpipe", 4, 1.0 / 5}, Shape{"gpipe", 8, 1.0 / 9},
-                             Shape{"1f1b", 2, 1.0 / 3}, Shape{"1f1b", 8, 1.0 / 9}, Shape{"interleaved-1f1b", 8, 1.0 / 17},
-                             Shape{"interleaved-1f1b", 4, 1.0 / 9}}) {
+  for (const Shape& shape : {Shape{"gpipe", 2, 1.0 / 3}, Shape{"gpipe", 8, 1.0 / 9}, Shape{"1f1b", 8, 1.0 / 9},
+                             Shape{"interleaved-1f1b", 8, 1.0 / 17}, Shape{"interleaved-1f1b", 4, 1.0 / 9}}) {
     SCOPED_TRACE(shape.schedule + ", m = " + std::to_string(shape.microbatches));
     ScratchDir dir;
     const auto r = run_process(testing::ddpbench_run(
@@ -174,7 +177,7 @@ TEST(PpBubble, FollowsTheFormulaOnEqualStages) {
         dir.file("r.json"),
         {"--workload-lib", DDPBENCH_TIMED_CHAIN_PLUGIN, "--workload", "timed-chain", "--strategy", "pp", "--parity-steps", "0",
          "--pp-schedule", shape.schedule, "--microbatches", std::to_string(shape.microbatches)}),
-        0, {{"DDPBENCH_TIMED_UNIT_MS", "10"}});
+        0, {{"DDPBENCH_TIMED_UNIT_MS", "20"}});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const json doc = json::parse(read_text(dir.file("r.json")));
     const auto& d = (*find_case(doc, "timed-chain/pp/world:2"))["ddpbench"];
