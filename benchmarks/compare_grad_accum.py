@@ -23,7 +23,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from benchmarks.interleave import add_to_json, ddpbench_case, parser, peer_environment_counting_heap, report, run_rounds  # noqa: E402
+from benchmarks.interleave import add_to_json, ddpbench_case, parser, print_peak_table, peer_environment_counting_heap, report, run_rounds  # noqa: E402
 
 WORLD = 2
 
@@ -80,11 +80,7 @@ def main():
     report(args, samples, f"mlp, world {WORLD} (Gloo), global batch {args.batch} in {k} micro-batches, 1 thread per rank, "
            f"{args.steps} steps after {args.warmup} warm-up, {args.rounds} interleaved rounds", base, label="run")
     print()
-    print(f"| run | peak on rank 0, MiB (median) | this one's / {base}'s |")
-    print("|---|---|---|")
-    med = {n: statistics.median(v) for n, v in peaks.items()}
-    for n in tools:
-        print(f"| {n} | {med[n] / 2 ** 20:.1f} | {med[n] / med[base]:.3f}x |")
+    print_peak_table(peaks, tools, base)
     print()
     print("ddpbench: device 0's peak_allocated_bytes (its counting allocator); the peer: benchmarks/heap_counter.c, "
           "every thread's malloc since before the model was built")

@@ -107,6 +107,16 @@ def print_table(samples, base, label="loop"):
     return med
 
 
+def print_peak_table(peaks, names, base, digits=1):
+    """The median peak on rank 0 of each run in `names` ({name: [bytes per round]}), in MiB, and
+    each over `base`'s."""
+    print(f"| run | peak on rank 0, MiB (median) | this one's / {base}'s |")
+    print("|---|---|---|")
+    med = {n: statistics.median(v) for n, v in peaks.items()}
+    for n in names:
+        print(f"| {n} | {med[n] / 2 ** 20:.{digits}f} | {med[n] / med[base]:.3f}x |")
+
+
 def parser(doc, rounds, steps, batch):
     """The options every comparison takes, with its own defaults."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
