@@ -1,6 +1,7 @@
 """Answers to "which strategy fits in a device's memory, and which of those is fastest", from a
 file's projections: one line per workload and world, saying where the projection's band cannot
 rank two strategies. Uses only the Projection records (model.py); prints nothing itself."""
+from projection.activations import LEVERS_NOTE
 
 
 def format_bytes(nbytes):
@@ -27,8 +28,10 @@ def fit_answers(projections, device_memory):
         size = lambda p: f"{p.strategy} ({format_bytes(p.memory_per_device_bytes)})"  # noqa: E731
         head = f"{workload} at world {world}: "
         budget = f"{format_bytes(device_memory)} a device"
+        levered = [t for t in (with_lever(p, device_memory) for p in over) if t]
         if not fits:
-            lines.append(head + f"nothing fits in {budget}; the least: {size(over[0])}")
+            lines.append(head + f"nothing fits in {budget}; the least: {size(over[0])}"
+                         + ("; with a memory lever: " + ", ".join(levered) if levered else ""))
             continue
         best = fits[0]
         text = head + (f"fastest that fits in {budget}: {best.strategy} ({best.samples_per_second:.4g} samples/s, "
@@ -38,12 +41,27 @@ def fit_answers(projections, device_memory):
                 f"{size(p)} at {p.samples_per_second / best.samples_per_second:.2f}x" for p in fits[1:])
         if over:
             text += "; do not fit: " + ", ".join(size(p) for p in over)
+        if levered:
+            text += "; with a memory lever: " + ", ".join(levered)
         close = [p.strategy for p in fits[1:] if bands_overlap(best, p)]
         if close:
             text += (f"; {' or '.join([best.strategy] + close)}: within the projection's band of each other, "
                      f"the ranking cannot be told")
         lines.append(text)
+    if any(" with a memory lever: " in line for line in lines):
+        lines.append(LEVERS_NOTE)
     return lines
+
+
+def with_lever(p, device_memory):
+    """The first of p's levers (the fewest micro-batches) that brings it into `device_memory`, in
+    words, or None: "ddp --grad-accum 4 (71 GiB, activations 30 GiB -> 8 GiB; 812 samples/s as
+    projected, ... if ...)"."""
+    for lever in p.levers or []:
+        if lever["memory_per_device_bytes"] <= device_memory:
+            return (f"{p.strategy} {lever['lever']} ({format_bytes(lever['memory_per_device_bytes'])}, activations "
+                    f"{format_bytes(p.activation_bytes)} -> {format_bytes(lever['activation_bytes'])}; {lever['cost']})")
+    return None
 
 
 def bands_overlap(a, b):

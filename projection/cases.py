@@ -41,6 +41,8 @@ class MeasuredCase:
     # tp under --sequence-parallel: its reduce-scatters and all-gathers a step, each (count, bytes)
     reduce_scatters: Optional[tuple] = None
     all_gathers: Optional[tuple] = None
+    activation_bytes: Optional[float] = None     # device 0's: what forward left alive for backward
+    levers: dict = field(default_factory=dict)   # the file's --activation-checkpointing, --grad-accum, ...
 
     def phase(self, name):
         return self.phases.get(name, 0.0)
@@ -72,6 +74,10 @@ class Projection:
     # step time, [slow, fast] throughput.
     step_ms_band: Optional[List[float]] = None
     samples_per_second_band: Optional[List[float]] = None
+    # ddp, zero1, zero2, fsdp from a case of one model per device: the activations per device at the
+    # projected micro-batch (activations.py), and the levers that would cut them (LeverOption.to_json)
+    activation_bytes: Optional[float] = None
+    levers: List[dict] = field(default_factory=list)
 
     def to_json(self):
         return dict(self.__dict__)
@@ -113,6 +119,8 @@ def measured_cases(doc):
         units = comm.get("buckets") if f["strategy"] == "fsdp" and isinstance(comm.get("buckets"), int) else None
         unit_bytes = [(float(u["bytes"]), bool(u["root"])) for u in comm.get("units") or []] or None
         settings = strategy_settings.get(f["strategy"])
+        activations = device0.get("activation_bytes")
+        levers = strategy_settings.get("levers")
         out.append(MeasuredCase(name=b.get("run_name", b["name"]), workload=f["workload"], strategy=f["strategy"],
                                 world=int(f["world_size"]), global_batch=int(batch), phases=phases,
                                 gradient_bytes=facts.get("gradient_bytes") or comm.get("bytes_per_step"),
@@ -128,7 +136,9 @@ def measured_cases(doc):
                                 reduce_scatters=_counted(comm, "reduce_scatters_per_step",
                                                          "reduce_scatter_bytes_per_step") if f["strategy"] == "tp" else None,
                                 all_gathers=_counted(comm, "all_gathers_per_step",
-                                                     "all_gather_bytes_per_step") if f["strategy"] == "tp" else None))
+                                                     "all_gather_bytes_per_step") if f["strategy"] == "tp" else None,
+                                activation_bytes=float(activations) if isinstance(activations, (int, float)) else None,
+                                levers=dict(levers) if isinstance(levers, dict) else {}))
     return out
 
 

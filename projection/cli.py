@@ -15,8 +15,11 @@ and with it every 2-D layout dp=D,tp=T and fsdp=D,tp=T of each world (tp inside 
 all-reduce or fsdp's gathers across),
 with the memory per device of ddp, the sharded three (ZeRO's formulas plus the measured rest), pp
 (its largest stage plus stage 0's activations), tp (its share of the parameters plus the
-measured rest) and the layouts (tp's, plus ddp's copy of the gradients, or fsdp's shares), and every assumption printed next to the numbers. --device-memory answers, at
-each world size, which of them fit in that much a device and which of those is fastest. FILE is a network
+measured rest) and the layouts (tp's, plus ddp's copy of the gradients, or fsdp's shares), the
+activations per device of ddp and the sharded three (a line fitted to the file's measured
+activations against the micro-batch), and every assumption printed next to the numbers.
+--device-memory answers, at each world size, which of them fit in that much a device and which of
+those is fastest, and where one does not, the --grad-accum K that would make it fit. FILE is a network
 description, ddpbench-micro's JSON or nccl-tests' all_reduce_perf output (alpha and bandwidth
 fitted). RUN.json, a ddpbench run of ddp, zero1 or zero2 across two nodes or more of the target
 network, widens the inter-node link's efficiency range to what its large collectives reached over
@@ -109,7 +112,8 @@ def format_table(projections, net, scaling, source):
                  "the compute slow-down at its low end, and the other way round")
     if any(p.memory_per_device_bytes is not None for p in projections):
         lines.append("  mem/dev: ZeRO's formulas over the whole model's parameter, gradient and optimizer bytes, plus "
-                     "the measured case's rest of the peak (activations, buffers) as it was")
+                     "the measured case's rest of the peak (activations, buffers) as it was, changed by what the activations "
+                     "change by at the projected micro-batch (the activations' line below)")
     lines.append("  every rank as fast as the measured one; no straggler or congestion (docs/projection.md)")
     for note in sorted({a for p in projections for a in p.assumptions}):
         lines.append("  " + note)

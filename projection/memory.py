@@ -20,13 +20,15 @@ def whole_model_bytes(case):
     return whole + [case.memory["other_bytes"]]
 
 
-def memory_per_device(case, strategy, world):
+def memory_per_device(case, strategy, world, activation_change=0.0):
     """ZeRO's formulas at `world` over the case's whole-model bytes, plus the measured rest: the
     case's own where it ran `strategy`. A case of another strategy (`single`) holds none of the
     strategy's communication buffers: ddp's gradient buckets (a whole copy of the gradients) are
     added to its rest; zero1's and zero2's (full gradient buckets during backward, the collectives'
     buffers) are not assumed, and their memory is not projected (None): measured, they came out
-    25-38% over single's rest plus the formulas (issue 43)."""
+    25-38% over single's rest plus the formulas (issue 43). `activation_change`: what the
+    activations per device change by against the case's (a smaller per-device batch under strong
+    scaling), taken to change the rest of the peak by as much (activations.py)."""
     parts = whole_model_bytes(case)
     if parts is None:
         return None
@@ -37,7 +39,7 @@ def memory_per_device(case, strategy, world):
         rest += parts[1]
     sharded = SHARDS.get(strategy, (False, False, False))
     held = sum(b / world if s else b for b, s in zip(parts[:3], sharded))
-    return held + rest
+    return held + max(0.0, rest + activation_change)
 
 
 def memory_assumption(case, strategy):

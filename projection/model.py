@@ -33,7 +33,7 @@ What is measured is kept and only what changes is modelled:
   optimizer bytes (the measured case's per-device bytes times what it sharded them by), plus the
   measured rest of the peak (activations, buffers, a gathered unit) as it was.
 """
-from projection import collectives, timelines
+from projection import activations, collectives, timelines
 from projection.cases import Bucket, MeasuredCase, Projection, ProjectionError, measured_cases  # noqa: F401
 from projection.memory import SHARDS, memory_assumption, memory_per_device, whole_model_bytes
 from projection.mesh import KINDS as LAYOUT_KINDS, pp_sizes, project_dp_pp, project_dp_tp, tp_sizes
@@ -79,6 +79,7 @@ class Projector:
         self.scaling = scaling
         self.slowdown = slowdown  # backward's, while collectives overlap it (ddp, zero1, zero2, fsdp)
         self.singles = {}  # workload -> its single case: tp's projection reads the share its split divides
+        self.activation_lines = {}  # workload -> its ActivationLine (activations.py), where measured
 
     # What one rank's compute is multiplied by at world W, against the measured case.
     def _batch_scale(self, case, world):
@@ -112,6 +113,39 @@ class Projector:
 
     def comm_scale(self, case, world):
         return self.relative_contention(case, world) if self.network.transport_on_compute_cores else 1.0
+
+    def _micro_batch(self, case, world):
+        """The per-device micro-batch at `world`: the case's, split further under strong scaling."""
+        return activations.micro_batch(case) * self._batch_scale(case, world)
+
+    def _activations(self, case, world):
+        """(activations per device at `world`, their change against the case's own), or (None, 0.0)
+        where the file measured none for a model on one device."""
+        line = self.activation_lines.get(case.workload)
+        if line is None or case.activation_bytes is None or case.strategy not in activations.ONE_MODEL_PER_DEVICE:
+            return None, 0.0
+        change = line.at(self._micro_batch(case, world)) - line.at(activations.micro_batch(case))
+        return max(0.0, case.activation_bytes + change), change
+
+    def _memory(self, p, case, strategy, world):
+        """p's memory per device (memory.py) and activations at `world`."""
+        p.activation_bytes, change = self._activations(case, world)
+        p.memory_per_device_bytes = memory_per_device(case, strategy, world, change)
+        if p.activation_bytes is not None:
+            p.assumptions.append(self.activation_lines[case.workload].describe(case.workload))
+        return p
+
+    def attach_levers(self, p, case, world):
+        """The levers that cut p's activations (activations.py), where p's memory and activations are
+        projected: --grad-accum K while the micro-batch splits into whole samples."""
+        line = self.activation_lines.get(case.workload)
+        if p.status != "projected" or p.memory_per_device_bytes is None or p.activation_bytes is None or line is None:
+            return p
+        batch = self._micro_batch(case, world)
+        if abs(batch - round(batch)) > 1e-9:
+            return p
+        p.levers = [o.to_json() for o in activations.grad_accum_options(p, line, int(round(batch)))]
+        return p
 
     def _global_batch(self, case, world):
         return case.global_batch if self.scaling == "strong" else case.per_rank_batch * world
@@ -230,7 +264,7 @@ class Projector:
                 + self._outside_backward(case, world, lambda w: (w - 1) / w * moved))
         p = self.record(case, strategy, world, step, comm + gather_s, exposed, algorithms + [gather.algorithm],
                          [said])
-        p.memory_per_device_bytes = memory_per_device(case, strategy, world)
+        self._memory(p, case, strategy, world)
         if memory_assumption(case, strategy):
             p.assumptions.append(memory_assumption(case, strategy))
         return self._with_slowdown(p)
@@ -291,7 +325,7 @@ class Projector:
         step = (case.phase("data") * k + forward + backward + exposed + self._sharded_optimizer(case, world)
                 + case.phase("residual") + self._outside_backward(case, world, lambda w: (w - 1) / w * moved))
         p = self.record(case, "fsdp", world, step, comm, exposed, [gather.algorithm, scatter.algorithm], assumptions)
-        p.memory_per_device_bytes = memory_per_device(case, "fsdp", world)
+        self._memory(p, case, "fsdp", world)
         return self._with_slowdown(p)
 
     def pp(self, case, world):
@@ -330,7 +364,7 @@ class Projector:
     def _project_point(self, case, strategy, world):
         p = getattr(self, strategy.replace("-", "_"))(case, world)
         if strategy == "ddp" and p.memory_per_device_bytes is None:
-            p.memory_per_device_bytes = memory_per_device(case, "ddp", world)
+            self._memory(p, case, "ddp", world)
             if memory_assumption(case, "ddp"):
                 p.assumptions.append(memory_assumption(case, "ddp"))
         return p
@@ -373,6 +407,9 @@ def project_file(doc, network, worlds, scaling="weak", strategies=None):
         single = pick_base(cases, workload, "single")
         if single is not None:
             projector.singles[workload] = single
+        line = activations.fit(cases, workload)
+        if line is not None:
+            projector.activation_lines[workload] = line
         for strategy in strategies:
             base = pick_base(cases, workload, strategy)
             if base is None:
@@ -385,7 +422,7 @@ def project_file(doc, network, worlds, scaling="weak", strategies=None):
                 continue
             at_one = projector.project(base, strategy, 1)
             for world in worlds:
-                p = projector.project(base, strategy, world)
+                p = projector.attach_levers(projector.project(base, strategy, world), base, world)
                 if p.status == "projected" and at_one.samples_per_second:
                     p.scaling_efficiency = p.samples_per_second / (world * at_one.samples_per_second)
                     if p.scaling_efficiency > 1:
