@@ -17,7 +17,7 @@ void MemoryLeverFlags::add_to(CLI::App& app) {
                  "every strategy: none (default) | full (every wrap unit keeps only its input and recomputes its "
                  "forward in backward) | every:N (every N-th unit)");
   app.add_option("--grad-accum", grad_accum,
-                 "every strategy but pp: K micro-batches a step, their gradients summed before one optimizer step "
+                 "every strategy: K micro-batches a step (pp: K rounds of its schedule), their gradients summed before one optimizer step "
                  "(default 1)");
   app.add_flag("--sync-every-microbatch", sync_every_microbatch,
                "ddp: with --grad-accum, all-reduce after every micro-batch, not only the last (DDP without no_sync)");

@@ -10,6 +10,8 @@
 // and the last stage and its gradient is summed between them each step, as Megatron does.
 //
 // Time a rank waits for a neighbour (the bubble, and transfers nothing hid) is pipeline_wait.
+// --grad-accum K runs the schedule K times a step, each round on 1/K of the batch, the gradients
+// summing until the step's sums and the optimizer after the last.
 //
 // On a mesh (--mesh dp=D,pp=P; distributed/mesh.h) each group of P ranks along pp is a pipeline of
 // its own, on its dp group's share of the batch (micro-batches of that share), and the D pipelines
@@ -60,14 +62,20 @@ PipelineRanks pipeline_ranks(const CaseSpec& spec, const StrategyOptions& option
           dp ? mesh.dimensions()[*dp].name : "dp"};
 }
 
+// A pipeline's batch for one round of the schedule: its dp group's share of the global batch, over
+// --grad-accum (each of the K rounds a step runs the whole schedule on 1/K of it).
+std::int64_t round_batch(const CaseSpec& spec, const StrategyOptions& options, const PipelineRanks& ranks) {
+  return spec.global_batch / ranks.dp / std::max(1, options.levers.grad_accum);
+}
+
 // The shape a case runs: p = a pipeline's ranks, V from --stages-per-rank (2 under interleaved-1f1b
 // unless given), m from --microbatches or, by default, the most up to 2 p V that divides a
-// pipeline's batch (a multiple of p under interleaved-1f1b, as Megatron's schedule needs). Naive is
-// one batch.
+// pipeline's batch of a round (a multiple of p under interleaved-1f1b, as Megatron's schedule
+// needs). Naive is one batch.
 PipelineShape shape_for(const CaseSpec& spec, const StrategyOptions& options) {
   const PipelineOptions& o = options.pipeline;
   const PipelineRanks ranks = pipeline_ranks(spec, options);
-  const std::int64_t batch = spec.global_batch / ranks.dp;
+  const std::int64_t batch = round_batch(spec, options, ranks);
   PipelineShape s;
   s.ranks = ranks.pp;
   s.chunks_per_rank = o.stages_per_rank > 0 ? o.stages_per_rank : (o.schedule == ScheduleKind::Interleaved1F1B ? 2 : 1);
@@ -105,10 +113,6 @@ class PipelineStrategy final : public Strategy {
   std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
                                                    const StrategyOptions& options) const override {
     if (devices.is_cuda() && !compat::have_nccl()) return "this LibTorch has no NCCL, which pp needs on CUDA";
-    if (options.levers.grad_accum > 1) {
-      return "--grad-accum is not built yet for pp, whose --microbatches already cut each batch (several rounds of "
-             "the schedule a step are not)";
-    }
     const auto& workload = WorkloadRegistry::instance().get(spec.workload);
     const WorkloadFacts facts = workload.facts();
     if (facts.chain_length == 0) return "pp cuts the model between its units, and " + facts.chain_refusal;
@@ -119,8 +123,14 @@ class PipelineStrategy final : public Strategy {
       return "the batch of " + std::to_string(spec.global_batch) + " does not divide among the " + std::to_string(ranks.dp) +
              " pipelines (--mesh's " + ranks.data_dimension + ")";
     }
-    const std::int64_t batch = spec.global_batch / ranks.dp;
-    const std::string whose = ranks.dp > 1 ? "a pipeline's batch of " : "the batch of ";
+    const int rounds = std::max(1, options.levers.grad_accum);
+    if ((spec.global_batch / ranks.dp) % rounds != 0) {
+      return "--grad-accum " + std::to_string(rounds) + " does not divide " + (ranks.dp > 1 ? "a pipeline's" : "the") +
+             " batch of " + std::to_string(spec.global_batch / ranks.dp);
+    }
+    const std::int64_t batch = round_batch(spec, options, ranks);
+    const std::string whose = std::string(ranks.dp > 1 ? "a pipeline's batch" : "the batch") +
+                              (rounds > 1 ? " of a --grad-accum round, " : " of ");
     const PipelineShape shape = shape_for(spec, options);
     if (shape.microbatches == 0) {
       return "no micro-batch count up to " + std::to_string(2 * shape.stages()) + (o.schedule == ScheduleKind::Interleaved1F1B ? " (a multiple of the ranks)" : "") +
@@ -162,6 +172,7 @@ class PipelineStrategy final : public Strategy {
     global_batch_ = setup.spec.global_batch;
     schedule_ = setup.options.pipeline.schedule;
     shape_ = shape_for(setup.spec, setup.options);
+    rounds_ = std::max(1, setup.options.levers.grad_accum);
     if (auto why = pipeline::invalid_shape(schedule_, shape_)) throw CaseFailure("pp: " + *why);
     actions_ = pipeline::rank_actions(schedule_, shape_, group_->rank());
     precision_ = setup.precision;
@@ -169,7 +180,7 @@ class PipelineStrategy final : public Strategy {
     // Cut while every rank still holds the whole model: profiling runs every unit. Agreed over the
     // world, so that every pipeline of a mesh is cut alike.
     plan_ = plan_stages(*model_, *workload_, setup.options.pipeline, shape_.stages(),
-                        global_batch_ / pipelines() / shape_.microbatches, device_, precision_, world);
+                        global_batch_ / pipelines() / rounds_ / shape_.microbatches, device_, precision_, world);
     spans_ = plan_.spans;
     assign_parameters();
     if (fsdp_group_) shard_stage(setup);
@@ -192,7 +203,11 @@ class PipelineStrategy final : public Strategy {
     // gradients are the sums over the fsdp group as they are.
     if (sharded_) sharded_->begin_step(1.0, &phases);
     const int m = shape_.microbatches, p = shape_.ranks, rank = group_->rank(), last = shape_.stages() - 1;
-    const std::int64_t rows = batch.inputs.size(0) / m;
+    // --grad-accum K: K rounds of the schedule, each on 1/K of the batch, their gradients summed in
+    // place before the one optimizer step (the dp sum and fsdp's reduce-scatter after the last:
+    // DDP's no_sync). Micro-batch n of round r is micro-batch r m + n of the step: its rows, its
+    // tags and its NVTX name.
+    const std::int64_t rows = batch.inputs.size(0) / (m * rounds_);
     const double share = static_cast<double>(rows) / static_cast<double>(global_batch_);
     torch::Tensor inputs, targets;
     {
@@ -206,44 +221,47 @@ class PipelineStrategy final : public Strategy {
     };
     std::map<std::pair<int, int>, InFlight> in_flight;  // (micro-batch, chunk)
     auto loss_sum = torch::zeros({1}, torch::TensorOptions().device(device_).dtype(torch::kDouble));
-    for (const Action& a : actions_) {
-      release_finished_sends();
-      const int stage = a.stage(rank, p);
-      const auto [begin, end] = spans_[static_cast<std::size_t>(stage)];
-      if (a.kind == Action::Kind::Forward) {
-        InFlight f;
-        f.input = stage == 0 ? inputs.narrow(0, a.microbatch * rows, rows)
-                             : receive_activation(a.microbatch, stage - 1, phases);
-        if (stage > 0 && f.input.is_floating_point()) f.input.requires_grad_(true);
-        {
-          auto scope = phases.scope(Phase::Forward, microbatch_label(a.microbatch, stage));
-          AutocastScope autocast(precision_, device_);
-          f.output = model_->forward_range(f.input, begin, end);
-          if (stage == last) {
-            f.loss = workload_->loss(f.output, targets.narrow(0, a.microbatch * rows, rows)) * share;
-            loss_sum += f.loss.detach().to(torch::kDouble);
+    for (int round = 0; round < rounds_; ++round) {
+      for (Action a : actions_) {
+        a.microbatch += round * m;
+        release_finished_sends();
+        const int stage = a.stage(rank, p);
+        const auto [begin, end] = spans_[static_cast<std::size_t>(stage)];
+        if (a.kind == Action::Kind::Forward) {
+          InFlight f;
+          f.input = stage == 0 ? inputs.narrow(0, a.microbatch * rows, rows)
+                               : receive_activation(a.microbatch, stage - 1, phases);
+          if (stage > 0 && f.input.is_floating_point()) f.input.requires_grad_(true);
+          {
+            auto scope = phases.scope(Phase::Forward, microbatch_label(a.microbatch, stage));
+            AutocastScope autocast(precision_, device_);
+            f.output = model_->forward_range(f.input, begin, end);
+            if (stage == last) {
+              f.loss = workload_->loss(f.output, targets.narrow(0, a.microbatch * rows, rows)) * share;
+              loss_sum += f.loss.detach().to(torch::kDouble);
+            }
           }
-        }
-        if (stage != last) send(f.output.detach(), (stage + 1) % p, tag_of(a.microbatch, stage, Carries::Activation), stage, phases);
-        in_flight[{a.microbatch, a.chunk}] = std::move(f);
-      } else {
-        auto node = in_flight.extract({a.microbatch, a.chunk});
-        if (node.empty()) throw std::logic_error("pp: a backward before its forward in the schedule");
-        InFlight& f = node.mapped();
-        if (stage == last) {
-          auto scope = phases.scope(Phase::Backward, microbatch_label(a.microbatch, stage));
-          scaler_.scale(f.loss).backward();
+          if (stage != last) send(f.output.detach(), (stage + 1) % p, tag_of(a.microbatch, stage, Carries::Activation), stage, phases);
+          in_flight[{a.microbatch, a.chunk}] = std::move(f);
         } else {
-          auto gradient = torch::empty(f.output.sizes(), f.output.options());
-          receive(gradient, (stage + 1) % p, tag_of(a.microbatch, stage, Carries::Gradient), phases);
-          // Its gradient came back, so the next stage has the activation: the send is over, and
-          // the activation goes with its graph after this backward, not at the step's end.
-          finish_send(tag_of(a.microbatch, stage, Carries::Activation), phases);
-          auto scope = phases.scope(Phase::Backward, microbatch_label(a.microbatch, stage));
-          f.output.backward(gradient);
-        }
-        if (stage > 0 && f.input.requires_grad()) {
-          send(f.input.grad(), (stage - 1 + p) % p, tag_of(a.microbatch, stage - 1, Carries::Gradient), stage, phases);
+          auto node = in_flight.extract({a.microbatch, a.chunk});
+          if (node.empty()) throw std::logic_error("pp: a backward before its forward in the schedule");
+          InFlight& f = node.mapped();
+          if (stage == last) {
+            auto scope = phases.scope(Phase::Backward, microbatch_label(a.microbatch, stage));
+            scaler_.scale(f.loss).backward();
+          } else {
+            auto gradient = torch::empty(f.output.sizes(), f.output.options());
+            receive(gradient, (stage + 1) % p, tag_of(a.microbatch, stage, Carries::Gradient), phases);
+            // Its gradient came back, so the next stage has the activation: the send is over, and
+            // the activation goes with its graph after this backward, not at the step's end.
+            finish_send(tag_of(a.microbatch, stage, Carries::Activation), phases);
+            auto scope = phases.scope(Phase::Backward, microbatch_label(a.microbatch, stage));
+            f.output.backward(gradient);
+          }
+          if (stage > 0 && f.input.requires_grad()) {
+            send(f.input.grad(), (stage - 1 + p) % p, tag_of(a.microbatch, stage - 1, Carries::Gradient), stage, phases);
+          }
         }
       }
     }
@@ -585,6 +603,7 @@ class PipelineStrategy final : public Strategy {
   ModelPtr model_;
   ScheduleKind schedule_ = ScheduleKind::OneFOneB;
   PipelineShape shape_;
+  int rounds_ = 1;  // --grad-accum: rounds of the schedule a step
   std::vector<Action> actions_;
   StagePlan plan_;
   pipeline::StageSpans spans_;  // chain units of each stage (plan_'s)

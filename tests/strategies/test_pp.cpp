@@ -3,7 +3,7 @@
 // rank in the JSON, and on the meshes dp=2,pp=2 and fsdp=2,pp=2 with each dimension's traffic;
 // each rank holds its own stages' parameters only; the waits on neighbours are a phase of their own
 // and spans in the trace, as each micro-batch's forward and backward are; a case the shape does not
-// fit is skipped saying why; the flags that do not apply. (A killed or hung
+// fit is skipped saying why; the flags that do not apply; --grad-accum's rounds of the schedule. (A killed or hung
 // stage: test_strategies.cpp, for every strategy whose ranks are processes.)
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -289,6 +289,55 @@ TEST(PpRun, TraceShowsEachMicroBatchsForwardBackwardAndWaits) {
     // Rank 1 waits for each micro-batch's activation, rank 0 for each one's gradient.
     EXPECT_GE(trace.events_of(name, "pipeline_wait").size(), 3u * 4);
   }
+}
+
+// --grad-accum 2: two rounds of the schedule a step, each on half the batch (6 of 12 samples, in
+// the 3 micro-batches that divide it), the gradients summed over both before the one optimizer
+// step: parity with single in float64, and each round's micro-batches in the trace (2 x 3 forwards
+// and backwards a step on each rank).
+TEST(PpGradAccum, RunsTheScheduleOnceARoundAndMatchesSingle) {
+  ScratchDir dir;
+  const auto r = run_process(pp_run(dir.file("r.json"), {"--strategy", "pp", "--grad-accum", "2", "--parity-steps", "2",
+                                                         "--trace", dir.path()}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const auto& d = (*find_case(doc, "mlp/pp/world:2"))["ddpbench"];
+  ASSERT_EQ(d["status"], "ok") << d["reason"];
+  EXPECT_LE(d["parity"]["max_rel_param_diff"].get<double>(), 1e-9);
+  EXPECT_EQ(d["pipeline"]["microbatches"], 3) << "a round's 6 samples, not the step's 12";
+  EXPECT_EQ(d["micro_batches"], 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const auto trace = testing::read_trace(dir.file("ddpbench-rank" + std::to_string(rank) + ".json"));
+    EXPECT_EQ(trace.events_of("mlp/pp/world:2", "forward").size(), 3u * 2 * 3);
+    EXPECT_EQ(trace.events_of("mlp/pp/world:2", "backward").size(), 3u * 2 * 3);
+  }
+}
+
+// On dp=2,pp=2 under --grad-accum 2 the gradients are summed over dp once a step, after the last
+// round (DDP's no_sync): the dp dimension's traffic is the plain step's, and parity holds. A K that
+// does not divide a pipeline's batch skips the case saying so.
+TEST(PpGradAccum, OnADataParallelMeshSumsOverDpOnceAStep) {
+  ScratchDir dir;
+  const auto r = run_process(pp_run(dir.file("r.json"), {"--strategy", "pp", "--mesh", "dp=2,pp=2", "--grad-accum", "2",
+                                                         "--parity-steps", "2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = json::parse(read_text(dir.file("r.json")));
+  const auto& d = (*find_case(doc, "mlp/pp/world:4"))["ddpbench"];
+  ASSERT_EQ(d["status"], "ok") << d["reason"];
+  EXPECT_LE(d["parity"]["max_rel_param_diff"].get<double>(), 1e-9);
+  const std::int64_t first_stage = 784 * 1024 + 1024 + 1024 * 1024 + 1024;
+  const auto& mesh = d["comm"]["mesh"];
+  ASSERT_EQ(mesh.size(), 2u) << d["comm"].dump();
+  EXPECT_EQ(mesh[0]["name"], "dp");
+  EXPECT_EQ(mesh[0]["bytes_per_step"].get<std::int64_t>(), first_stage * 4 + 8) << mesh.dump();
+  EXPECT_EQ(mesh[0]["collectives_per_step"], 2);
+
+  const auto skipped = run_process(pp_run(dir.file("s.json"), {"--strategy", "pp", "--mesh", "dp=2,pp=2", "--grad-accum",
+                                                               "4", "--parity-steps", "0"}));
+  ASSERT_EQ(skipped.exit_code, 0) << skipped.err;
+  EXPECT_EQ((*find_case(json::parse(read_text(dir.file("s.json"))), "mlp/pp/world:4"))["ddpbench"]["reason"],
+            "--grad-accum 4 does not divide a pipeline's batch of 6");
 }
 
 // pp on `mesh` matches single in float64 on transformer and a small gpt2 (its tied embedding
