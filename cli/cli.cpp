@@ -556,7 +556,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       throw UsageError(std::string(flag) + ": applies to hogwild only, which --strategy does not include");
     }
   }
-  r.strategy.levers = lever_flags.apply(r.strategies, r.workloads, r.global_batch);
+  r.strategy.levers = lever_flags.apply(r.strategies, r.workloads, r.global_batch, fsdp_tp_mesh);
   r.strategy.pipeline = pipeline_flags.apply(runs_any_of({"pp"}), world_size.empty() ? std::nullopt
                                                                                      : std::optional<int>(cmd.devices.world_size));
   if (no_json && app.count("--json") > 0) throw UsageError("--no-json: cannot be given with --json " + json);

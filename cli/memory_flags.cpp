@@ -20,14 +20,15 @@ void MemoryLeverFlags::add_to(CLI::App& app) {
                  "every strategy: K micro-batches a step (pp: K rounds of its schedule), their gradients summed before one optimizer step "
                  "(default 1)");
   app.add_flag("--sync-every-microbatch", sync_every_microbatch,
-               "ddp: with --grad-accum, all-reduce after every micro-batch, not only the last (DDP without no_sync)");
+               "ddp, zero1, zero2: with --grad-accum, all-reduce (reduce-scatter) after every micro-batch, not only the "
+               "last (DDP without no_sync)");
   app.add_flag("--no-sync-accum", no_sync_accum,
-               "fsdp: with --grad-accum, keep the units' unsharded gradients until the last micro-batch and "
+               "fsdp (and tp on a --mesh with fsdp): with --grad-accum, keep the units' unsharded gradients until the last micro-batch and "
                "reduce-scatter once (FSDP2's set_requires_gradient_sync(False))");
 }
 
 MemoryLeverOptions MemoryLeverFlags::apply(const std::vector<std::string>& strategies, const std::vector<std::string>& workloads,
-                                           const std::optional<std::int64_t>& global_batch) const {
+                                           const std::optional<std::int64_t>& global_batch, bool fsdp_tp_mesh) const {
   MemoryLeverOptions levers;
   auto runs = [&](const char* name) { return std::find(strategies.begin(), strategies.end(), name) != strategies.end(); };
   if (!grad_accum.empty()) {
@@ -41,12 +42,12 @@ MemoryLeverOptions MemoryLeverFlags::apply(const std::vector<std::string>& strat
     }
   }
   for (const auto& [flag, given, applies] : std::vector<std::tuple<const char*, bool, bool>>{
-           {"--sync-every-microbatch", sync_every_microbatch, runs("ddp")},
-           {"--no-sync-accum", no_sync_accum, runs("fsdp")}}) {
+           {"--sync-every-microbatch", sync_every_microbatch, runs("ddp") || runs("zero1") || runs("zero2")},
+           {"--no-sync-accum", no_sync_accum, runs("fsdp") || (fsdp_tp_mesh && runs("tp"))}}) {
     if (!given) continue;
     if (levers.grad_accum < 2) throw UsageError(std::string(flag) + ": needs --grad-accum 2 or more");
     if (!applies) {
-      throw UsageError(std::string(flag) + ": applies to " + (std::string(flag) == "--no-sync-accum" ? "fsdp" : "ddp") +
+      throw UsageError(std::string(flag) + ": applies to " + (std::string(flag) == "--no-sync-accum" ? "fsdp (or a --mesh with fsdp and tp)" : "ddp, zero1 and zero2") +
                        " only, which --strategy does not include");
     }
   }

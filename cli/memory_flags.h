@@ -22,9 +22,10 @@ struct MemoryLeverFlags {
 
   void add_to(CLI::App& app);
   // `strategies` and `workloads`: those run (a model that is no chain cannot be checkpointed by
-  // unit); `global_batch`: --batch, if given (else each workload's own), which K must divide.
+  // unit); `global_batch`: --batch, if given (else each workload's own), which K must divide;
+  // `fsdp_tp_mesh`: --mesh shards tp's shares over fsdp (--no-sync-accum applies to tp there).
   MemoryLeverOptions apply(const std::vector<std::string>& strategies, const std::vector<std::string>& workloads,
-                           const std::optional<std::int64_t>& global_batch) const;
+                           const std::optional<std::int64_t>& global_batch, bool fsdp_tp_mesh = false) const;
 };
 
 }  // namespace ddpbench

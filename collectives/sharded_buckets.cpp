@@ -98,9 +98,23 @@ void ShardedBuckets::link_piece_gradients() {
   for (auto& b : buckets_) b.pieces->link(b.grad_shard, [this](std::size_t k) { return unused_->unused(k); });
 }
 
-void ShardedBuckets::prepare_step(double grad_scale, const torch::Tensor& loss, PhaseRecorder* phases) {
+void ShardedBuckets::prepare_step(double grad_scale, const torch::Tensor& loss, PhaseRecorder* phases,
+                                  bool add_to_gradients) {
   std::lock_guard<std::mutex> lock(mutex_);
   phases_ = phases;
+  if (add_to_gradients) {
+    torch::NoGradGuard no_grad;
+    for (auto& b : buckets_) {
+      if (!b.grad_shard.defined()) continue;
+      if (options_.keep_full_gradients) {
+        b.carried = b.grad_shard.clone();
+      } else {  // stage 2: the chunk itself; launch() allocates this round's
+        b.carried = b.grad_shard;
+        b.grad_shard = torch::Tensor();
+        b.shard.mutable_grad() = torch::Tensor();
+      }
+    }
+  }
   scale_ = torch::scalar_tensor(grad_scale, buckets_.front().flat_params.options());
   for (auto& b : buckets_) {
     b.pending = static_cast<std::int64_t>(b.params.size());
@@ -171,6 +185,10 @@ void ShardedBuckets::launch(std::size_t b) {
     }
     const auto cost = reduce_scatter(group_, bucket.flat_grads, bucket.grad_shard,
                                      "reduce-scatter of gradient bucket " + std::to_string(b));
+    if (bucket.carried.defined()) {
+      bucket.grad_shard.add_(bucket.carried);
+      bucket.carried = torch::Tensor();
+    }
     PhaseRecorder::end_async(range);
     bucket.reduce_scatter_seconds = cost.seconds;
     if (!options_.keep_full_gradients) bucket.flat_grads = torch::Tensor();  // stage 2: only the chunk stays

@@ -69,8 +69,11 @@ class ShardedBuckets {
   // stage 1's chunks are views of its full buffers, which live on as DDP's buckets do.
   void free_gradients();
   // Before backward: this rank's gradients enter the buckets times `grad_scale` (its share of the
-  // global batch); `loss` (already scaled) is summed over the ranks with them.
-  void prepare_step(double grad_scale, const torch::Tensor& loss, PhaseRecorder* phases = nullptr);
+  // global batch); `loss` (already scaled) is summed over the ranks with them. `add_to_gradients`
+  // (--grad-accum --sync-every-microbatch, a round a micro-batch): each bucket's reduce-scatter adds
+  // into the chunk the rounds before it left, rather than replacing it.
+  void prepare_step(double grad_scale, const torch::Tensor& loss, PhaseRecorder* phases = nullptr,
+                    bool add_to_gradients = false);
   // After backward: reduce-scatters what is left and waits for all of it; returns the global loss.
   torch::Tensor wait_reduce_scatter();
   // After the optimizer step: every rank's chunks into every rank's buckets (the parameters).
@@ -97,6 +100,9 @@ class ShardedBuckets {
     torch::Tensor flat_grads;            // padded; stage 2: only from its first gradient to its reduce-scatter
     torch::Tensor grad_shard;            // the reduced chunk, the shard's .grad (stage 1: a view of flat_grads;
                                          // stage 2: none from free_gradients() to its reduce-scatter)
+    torch::Tensor carried;               // add_to_gradients: the rounds before's reduced chunk, added after
+                                         // this round's reduce-scatter (stage 1: a copy, backward
+                                         // overwrites the chunk's region of flat_grads)
     std::unique_ptr<ShardPieces> pieces;  // `shard` cut at the parameters' edges
     std::int64_t pending = 0;
     std::chrono::steady_clock::time_point ready;

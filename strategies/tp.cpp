@@ -96,10 +96,6 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
   std::optional<std::string> do_unsupported_reason(const CaseSpec& spec, const DeviceSet& devices,
                                                    const StrategyOptions& options) const override {
     if (devices.is_cuda() && !compat::have_nccl()) return "this LibTorch has no NCCL, which tp needs on CUDA";
-    if (options.levers.grad_accum > 1 && !options.mesh.empty() &&
-        Mesh::parse(options.mesh, mesh_dimension_names(), spec.world_size).find("fsdp")) {
-      return "--grad-accum on a mesh with fsdp is not built yet (tp alone and on dp=D,tp=T take it)";
-    }
     const Workload& workload = WorkloadRegistry::instance().get(spec.workload);
     const int t = tensor_parallel_size(spec, options);
     if (t == 0) return "tp runs on a mesh with a tp dimension, and " + options.mesh + " has none";
@@ -159,6 +155,9 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
       options.reshard_after_forward = setup.options.fsdp.reshard_after_forward;
       options.prefetch = setup.options.fsdp.prefetch;
       options.overlap = setup.options.ddp.overlap;
+      // --grad-accum --no-sync-accum: the units' unsharded gradients kept to one reduce-scatter after
+      // the last micro-batch, as fsdp's.
+      options.gradients_at_finish = grad_accum_ > 1 && setup.options.levers.no_sync_accum;
       sharded_ = std::make_unique<ShardedModel>(*model_, *fsdp_group_, options, "tp");
     }
     optimizer_ = setup.make_optimizer(sharded_ ? sharded_->units().optimizer_parameters() : model_->trainable_parameters());
@@ -178,33 +177,43 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
       }
     }
     tp_.set_phases(&phases);
-    if (sharded_) {
-      // This rank's gradients enter the reduce-scatters times its fsdp group's share of the batch.
-      sharded_->units().begin_step(static_cast<double>(batch.inputs.size(0)) / static_cast<double>(global_batch_), &phases);
-    }
     // --grad-accum: the micro-batches' gradients sum in .grad (the tp group's collectives run in each
     // one's forward and backward); a dp mesh's buckets all-reduce after the last only (no_sync), and
-    // sequence parallelism's LayerNorm gradients are summed over the group once, after the last.
+    // sequence parallelism's LayerNorm gradients are summed over the group once, after the last. On
+    // an fsdp mesh each micro-batch is a round of the units' gathers and reduce-scatters, added into
+    // the chunks (FSDP2's default, as fsdp's), or under --no-sync-accum one round holds them all.
     const auto micro = split_microbatches(batch, grad_accum_);
     const double share = static_cast<double>(batch.inputs.size(0)) / static_cast<double>(global_batch_);
-    torch::Tensor loss;
+    const bool one_round = micro.size() == 1 || !sharded_ || sharded_->units().gradients_at_finish();
+    torch::Tensor loss, round_loss;
     for (std::size_t k = 0; k < micro.size(); ++k) {
+      // This rank's gradients enter the reduce-scatters times its fsdp group's share of the batch.
+      if (sharded_ && (!one_round || k == 0)) sharded_->units().begin_step(share, &phases, /*add_to_gradients=*/k > 0);
       const auto forward = rank_forward(micro[k].batch, *workload_, *model_, device_, *group_, {}, precision_,
                                         global_batch_, phases);
       const auto weighted = micro.size() > 1 ? forward.loss * micro[k].weight : forward.loss;
-      loss = loss.defined() ? loss + weighted.detach() : weighted.detach();
-      if (k + 1 == micro.size()) {
-        if (bucketer_) bucketer_->prepare_step(share, loss * share, &phases);
-        if (sharded_) sharded_->units().set_loss(loss * share);
+      round_loss = round_loss.defined() && one_round ? round_loss + weighted.detach() : weighted.detach();
+      const bool round_ends = !one_round || k + 1 == micro.size();
+      if (round_ends) {
+        if (bucketer_) bucketer_->prepare_step(share, round_loss * share, &phases);
+        if (sharded_) sharded_->units().set_loss(round_loss * share);
       }
-      auto scope = phases.scope(Phase::Backward);
-      scaler_.scale(weighted).backward();
+      {
+        auto scope = phases.scope(Phase::Backward);
+        scaler_.scale(weighted).backward();
+      }
+      if (!round_ends) continue;
+      if (sequence_parallel_ && !bucketer_) {
+        auto scope = phases.scope(Phase::Backward);
+        sum_sequence_parallel_gradients();
+      }
+      if (sharded_) {
+        const auto reduced = sharded_->units().finish_backward();  // its wait is the exposed reduce-scatter
+        loss = loss.defined() ? loss + reduced : reduced;
+      } else if (!bucketer_) {
+        loss = round_loss;
+      }
     }
-    if (sequence_parallel_ && !bucketer_) {
-      auto scope = phases.scope(Phase::Backward);
-      sum_sequence_parallel_gradients();
-    }
-    if (sharded_) loss = sharded_->units().finish_backward();  // its wait is the exposed reduce-scatter
     if (bucketer_) {
       {
         auto scope = phases.scope(Phase::CommExposed);
@@ -276,9 +285,10 @@ class TensorParallelStrategy final : public Strategy, private LayerCallHooks {
           d.bytes_per_step = s.bytes / s.steps;
           d.collectives_per_step = static_cast<int>(s.collectives / s.steps);
         } else if (dim.name == "fsdp" && sharded_ && sharded_->units().traffic().steps > 0) {
+          // Per optimizer step: under --grad-accum each micro-batch is a round of the units' own.
           const auto& u = sharded_->units().traffic();
-          d.bytes_per_step = (u.all_gather_bytes + u.reduce_scatter_bytes + u.allreduce_bytes) / u.steps;
-          d.collectives_per_step = static_cast<int>(u.collectives / u.steps);
+          d.bytes_per_step = (u.all_gather_bytes + u.reduce_scatter_bytes + u.allreduce_bytes) / steps_;
+          d.collectives_per_step = static_cast<int>(u.collectives / steps_);
         }
         c.mesh.push_back(d);
       }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -381,6 +382,31 @@ TEST(TpMesh, FsdpOverTensorParallelPairsMatchesSingleAndHoldsHalfOfEachShare) {
   ASSERT_NE(gpt2, nullptr);
   ASSERT_EQ((*gpt2)["ddpbench"]["status"], "ok") << (*gpt2)["ddpbench"]["reason"];
   EXPECT_LE((*gpt2)["ddpbench"]["parity"]["max_rel_param_diff"].get<double>(), 1e-9);
+}
+
+// --grad-accum 2 on fsdp=2,tp=2: each micro-batch a round of the units' gathers and reduce-scatters
+// by default (FSDP2's, as fsdp's), added into the chunks: twice the fsdp dimension's plain traffic
+// and collectives a step; --no-sync-accum keeps the unsharded gradients to one reduce-scatter, fewer
+// collectives. All three match single in float64.
+TEST(TpMesh, AccumulatesOnTheFsdpMeshARoundAMicroBatchOrOneUnderNoSyncAccum) {
+  ScratchDir dir;
+  std::map<std::string, json> runs;
+  for (const auto& [name, flags] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"plain", {}}, {"rounds", {"--grad-accum", "2"}}, {"held", {"--grad-accum", "2", "--no-sync-accum"}}}) {
+    std::vector<std::string> args = {"--strategy", "tp", "--mesh", "fsdp=2,tp=2", "--parity-steps", "2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto r = run_process(tp_run(dir.file(name + ".json"), args));
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    runs[name] = tp_case(json::parse(read_text(dir.file(name + ".json"))), 4);
+    const auto& d = runs[name];
+    ASSERT_EQ(d["status"], "ok") << name << ": " << d["reason"];
+    EXPECT_LE(d["parity"]["max_rel_param_diff"].get<double>(), 1e-9) << name;
+  }
+  const auto fsdp = [&](const std::string& name) { return runs[name]["comm"]["mesh"][0]; };
+  ASSERT_EQ(fsdp("rounds")["name"], "fsdp");
+  EXPECT_EQ(fsdp("rounds")["bytes_per_step"].get<std::int64_t>(), 2 * fsdp("plain")["bytes_per_step"].get<std::int64_t>());
+  EXPECT_EQ(fsdp("rounds")["collectives_per_step"].get<int>(), 2 * fsdp("plain")["collectives_per_step"].get<int>());
+  EXPECT_LT(fsdp("held")["collectives_per_step"].get<int>(), fsdp("rounds")["collectives_per_step"].get<int>());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,37 @@ TEST(ZeroMemory, EachRankHoldsWhatZerosTableSaysAndThePeakHoldsThatPlusTheRest) 
         EXPECT_EQ(m["peak_allocated_bytes"].get<std::int64_t>(), params + grads + optim + m["other_bytes"].get<std::int64_t>());
       }
     }
+  }
+}
+
+// --grad-accum 4: the buckets reduce-scatter after the last micro-batch only (no_sync on the others),
+// one step's traffic; --sync-every-microbatch reduce-scatters after each, adding into the chunks the
+// rounds before left: four times the reduce-scatters, the one all-gather a step as before. All match
+// single in float64 on the whole batch. With the rounds' chunks replaced instead of added, parity
+// failed (2026-11-28).
+TEST(ZeroRun, AccumulatesWithOneReduceScatterAStepOrOneAMicroBatch) {
+  ScratchDir dir;
+  std::map<std::string, json> runs;
+  for (const auto& [name, flags] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"plain", {}}, {"no_sync", {"--grad-accum", "4"}}, {"every", {"--grad-accum", "4", "--sync-every-microbatch"}}}) {
+    std::vector<std::string> args = {"--strategy", "zero1,zero2", "--batch", "16", "--parity-steps", "2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto r = run_process(zero_run(dir.file(name + ".json"), args));
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    runs[name] = json::parse(read_text(dir.file(name + ".json")));
+  }
+  for (const std::string strategy : {"zero1", "zero2"}) {
+    SCOPED_TRACE(strategy);
+    const auto d = [&](const std::string& name) { return (*find_case(runs[name], "mlp/" + strategy + "/world:2"))["ddpbench"]; };
+    for (const std::string name : {"plain", "no_sync", "every"}) {
+      ASSERT_EQ(d(name)["status"], "ok") << name << ": " << d(name)["reason"];
+      EXPECT_LE(d(name)["parity"]["max_rel_param_diff"].get<double>(), 1e-9) << name;
+    }
+    const auto scattered = [&](const std::string& name) { return d(name)["comm"]["reduce_scatter_bytes_per_step"].get<std::int64_t>(); };
+    const auto gathered = [&](const std::string& name) { return d(name)["comm"]["all_gather_bytes_per_step"].get<std::int64_t>(); };
+    EXPECT_EQ(scattered("no_sync"), scattered("plain"));
+    EXPECT_EQ(scattered("every"), 4 * scattered("plain"));
+    EXPECT_EQ(gathered("every"), gathered("plain"));
   }
 }
 
