@@ -14,7 +14,8 @@ Levers:
   zero2 reduce once a step (on the last micro-batch), so their traffic is unchanged; fsdp gathers
   and reduce-scatters every micro-batch, K times a step. Memory falls by what the activations fall.
 - `--activation-checkpointing`: what a checkpointed unit keeps (its input) is not in a plain run's
-  figures; a file measured with it (`--levers FILE`) gives the ratio, applied at every batch.
+  figures; a file measured with it (`ddpbench-project --checkpointed RUN.json`) gives its own line,
+  and its recompute phase the time it adds: per sample a rank, as measured, scaled like compute.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -108,9 +109,56 @@ def grad_accum_options(p, line, batch, max_k=64):
     return out
 
 
+@dataclass
+class Checkpointed:
+    """What a run under --activation-checkpointing measured of one workload: its activations' line
+    and its recompute time a sample a rank, by strategy (the one-model-per-device cases')."""
+    policy: str
+    line: ActivationLine
+    recompute_per_sample: dict   # strategy -> (seconds a sample a rank, the case's world, its name)
+
+    def recompute_for(self, strategy):
+        """(seconds a sample a rank, world, case name) of `strategy`'s case, else of the first case."""
+        return self.recompute_per_sample.get(strategy) or next(iter(self.recompute_per_sample.values()))
+
+
+def fit_checkpointed(cases, workload):
+    """The workload's Checkpointed from a checkpointed run's cases, or None where it has no case of
+    one model per device that measured its activations and recompute."""
+    line = fit(cases, workload)
+    if line is None or line.checkpointing in ("", "none"):
+        return None
+    recompute = {}
+    for c in cases:
+        if (c.workload == workload and c.strategy in ONE_MODEL_PER_DEVICE and c.recompute_s > 0
+                and c.strategy not in recompute):
+            recompute[c.strategy] = (c.recompute_s / c.per_rank_batch, c.world, c.name)
+    return Checkpointed(line.checkpointing, line, recompute) if recompute else None
+
+
+def checkpointing_option(p, plain_line, checkpointed, batch, per_rank_batch, contention):
+    """--activation-checkpointing POLICY at projection p (its activations at micro-batch `batch` on
+    `plain_line`, `per_rank_batch` samples a rank a step): activations on the checkpointed line, the
+    peak down by as much, the step longer by the recompute (per sample a rank as measured, times
+    `contention(world it was measured at)`, the projection's compute scale). None where it keeps as
+    much as the plain run or more (mlp's one-layer units: each keeps its input, what its ReLU saved
+    anyway), so it is no lever."""
+    kept = checkpointed.line.at(batch)
+    if kept >= plain_line.at(batch):
+        return None
+    per_sample, world, name = checkpointed.recompute_for(p.strategy)
+    recompute_s = per_sample * per_rank_batch * contention(world)
+    step_s = p.step_ms / 1e3
+    throughput = p.samples_per_second * step_s / (step_s + recompute_s)
+    return LeverOption(f"--activation-checkpointing {checkpointed.policy}",
+                       p.memory_per_device_bytes - (plain_line.at(batch) - kept), kept, throughput,
+                       f"{throughput:.4g} samples/s: {recompute_s * 1e3:.3g} ms of recompute a step, as {name} measured it")
+
+
 LEVERS_NOTE = ("memory levers: --grad-accum K runs K micro-batches of b/K a step, activations at b/K on the activations' line (assumptions) "
                "and the rest of the peak as measured; ddp, zero1 and zero2 reduce once a step as now, their throughput "
                "taken as projected if the smaller micro-batches compute as fast a sample (small ones on a GPU do not); "
                "fsdp gathers and reduce-scatters every micro-batch, its throughput is not projected; ddpbench "
-               "--grad-accum K measures either. Activation checkpointing is not projected: what a checkpointed unit "
-               "keeps is not in a plain run's figures (ddpbench --activation-checkpointing full measures it)")
+               "--grad-accum K measures either. Activation checkpointing is considered where --checkpointed gives a run "
+               "under it: its activations' line and its recompute time, scaled like compute; else not (what a "
+               "checkpointed unit keeps is not in a plain run's figures)")

@@ -54,14 +54,15 @@ def fit_answers(projections, device_memory):
 
 
 def with_lever(p, device_memory):
-    """The first of p's levers (the fewest micro-batches) that brings it into `device_memory`, in
-    words, or None: "ddp --grad-accum 4 (71 GiB, activations 30 GiB -> 8 GiB; 812 samples/s as
-    projected, ... if ...)"."""
-    for lever in p.levers or []:
-        if lever["memory_per_device_bytes"] <= device_memory:
-            return (f"{p.strategy} {lever['lever']} ({format_bytes(lever['memory_per_device_bytes'])}, activations "
-                    f"{format_bytes(p.activation_bytes)} -> {format_bytes(lever['activation_bytes'])}; {lever['cost']})")
-    return None
+    """Of p's levers that bring it into `device_memory`, the fastest where projected (checkpointing's
+    recompute against accumulation's assumption), then the fewest micro-batches (their order), in
+    words, or None: "ddp --grad-accum 4 (71 GiB, activations 30 GiB -> 8 GiB; 812 samples/s if ...)"."""
+    fitting = [lever for lever in p.levers or [] if lever["memory_per_device_bytes"] <= device_memory]
+    if not fitting:
+        return None
+    lever = min(fitting, key=lambda lever: -(lever["throughput"] or 0.0))  # min keeps the first of equals
+    return (f"{p.strategy} {lever['lever']} ({format_bytes(lever['memory_per_device_bytes'])}, activations "
+            f"{format_bytes(p.activation_bytes)} -> {format_bytes(lever['activation_bytes'])}; {lever['cost']})")
 
 
 def bands_overlap(a, b):

@@ -42,6 +42,7 @@ class MeasuredCase:
     reduce_scatters: Optional[tuple] = None
     all_gathers: Optional[tuple] = None
     activation_bytes: Optional[float] = None     # device 0's: what forward left alive for backward
+    recompute_s: float = 0.0                     # --activation-checkpointing: the recompute phase (in backward too)
     levers: dict = field(default_factory=dict)   # the file's --activation-checkpointing, --grad-accum, ...
 
     def phase(self, name):
@@ -83,6 +84,23 @@ class Projection:
         return dict(self.__dict__)
 
 
+def _median_entries(doc):
+    """Each case's median aggregate, or where the file has none (ddpbench-ab's and ddpbench-levers'
+    merged files keep their rounds as repetitions only) its median repetition, a whole one (the
+    lower of the two middle ones by time): its phases, memory and timeline belong together."""
+    medians = [b for b in doc["benchmarks"] if b["run_type"] == "aggregate" and b.get("aggregate_name") == "median"]
+    have = {b.get("run_name", b["name"]) for b in medians}
+    repetitions = {}
+    for b in doc["benchmarks"]:
+        name = b.get("run_name", b["name"])
+        if b["run_type"] == "iteration" and name not in have and (b.get("ddpbench") or {}).get("status") == "ok":
+            repetitions.setdefault(name, []).append(b)
+    for entries in repetitions.values():
+        entries.sort(key=lambda b: b.get("real_time", 0.0))
+        medians.append(entries[(len(entries) - 1) // 2])
+    return medians
+
+
 def measured_cases(doc):
     """MeasuredCase for every case of the file that was measured (median entries, status ok)."""
     out = []
@@ -91,9 +109,7 @@ def measured_cases(doc):
     # figures are the case's, the same every repetition (the last one kept).
     pipelines = {b.get("run_name", b["name"]): b["ddpbench"]["pipeline"] for b in doc["benchmarks"]
                  if b["run_type"] == "iteration" and isinstance((b.get("ddpbench") or {}).get("pipeline"), dict)}
-    for b in doc["benchmarks"]:
-        if b["run_type"] != "aggregate" or b.get("aggregate_name") != "median":
-            continue
+    for b in _median_entries(doc):
         f = b["ddpbench"]
         if f["status"] != "ok" or not f.get("phases_ms"):
             continue
@@ -103,6 +119,7 @@ def measured_cases(doc):
         phases = {k: v / 1e3 for k, v in f["phases_ms"].items()}
         # --activation-checkpointing: the recomputation runs inside backward, between the gradients
         # it yields, so the timelines replay it as backward's own compute (docs/memory.md).
+        recompute = phases.get("recompute", 0.0)
         if "recompute" in phases:
             phases["backward"] = phases.get("backward", 0.0) + phases.pop("recompute")
         comm = f.get("comm") or {}
@@ -138,6 +155,7 @@ def measured_cases(doc):
                                 all_gathers=_counted(comm, "all_gathers_per_step",
                                                      "all_gather_bytes_per_step") if f["strategy"] == "tp" else None,
                                 activation_bytes=float(activations) if isinstance(activations, (int, float)) else None,
+                                recompute_s=recompute,
                                 levers=dict(levers) if isinstance(levers, dict) else {}))
     return out
 

@@ -3,7 +3,7 @@
     ddpbench-project RESULTS.json [--world 8,64,512] [--gpus-per-node 8]
                      [--network nvlink4+ndr400 | --network FILE] [--scaling weak|strong]
                      [--link-run RUN.json] [--strategy LIST] [--device-memory 80GiB] [--json OUT.json]
-                     [--chart OUT.png]
+                     [--chart OUT.png] [--checkpointed RUN.json]
 
 For every measured workload: the predicted step time, throughput and scaling efficiency of ddp
 (the measured bucket timeline replayed against the network's all-reduce cost), dp (one node),
@@ -19,7 +19,9 @@ measured rest) and the layouts (tp's, plus ddp's copy of the gradients, or fsdp'
 activations per device of ddp and the sharded three (a line fitted to the file's measured
 activations against the micro-batch), and every assumption printed next to the numbers.
 --device-memory answers, at each world size, which of them fit in that much a device and which of
-those is fastest, and where one does not, the --grad-accum K that would make it fit. FILE is a network
+those is fastest, and where one does not, the --grad-accum K (or, given --checkpointed, a ddpbench
+run of the same workloads under --activation-checkpointing, the checkpointing) that would make it
+fit. FILE is a network
 description, ddpbench-micro's JSON or nccl-tests' all_reduce_perf output (alpha and bandwidth
 fitted). RUN.json, a ddpbench run of ddp, zero1 or zero2 across two nodes or more of the target
 network, widens the inter-node link's efficiency range to what its large collectives reached over
@@ -148,6 +150,23 @@ def _same_file(a, b):
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+def _checkpointed_run(path, doc):
+    """--checkpointed's file, loaded: a ddpbench run under --activation-checkpointing of a workload
+    RESULTS has, that measured activations and recompute; else a ResultsError naming the file."""
+    checkpointed = results.load(path)
+    if results.is_micro(checkpointed):
+        raise results.ResultsError(f"--checkpointed {path}: a ddpbench-micro file, not a ddpbench run")
+    levers = (checkpointed["context"]["ddpbench"].get("settings", {}).get("strategy_settings") or {}).get("levers") or {}
+    policy = levers.get("activation_checkpointing") or "none"
+    if policy == "none":
+        raise results.ResultsError(f"--checkpointed {path}: ran without --activation-checkpointing (its levers say none)")
+    workloads = {c.workload for c in model.measured_cases(doc)}
+    if not any(model.activations.fit_checkpointed(model.measured_cases(checkpointed), w) for w in workloads):
+        raise results.ResultsError(f"--checkpointed {path}: no case of {', '.join(sorted(workloads))} under single, ddp, "
+                                   f"zero1, zero2 or fsdp with activations and recompute measured")
+    return checkpointed
+
+
 def main(argv=None):
     p = OneLineParser(prog="ddpbench-project", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", help="a ddpbench results JSON file")
@@ -168,6 +187,9 @@ def main(argv=None):
     p.add_argument("--device-memory", type=_bytes, default=None,
                    help="memory a device has (80GiB, 141GB): which strategies fit at each world size, and the "
                         "fastest of those")
+    p.add_argument("--checkpointed", metavar="RUN.json",
+                   help="a ddpbench run of the same workloads under --activation-checkpointing: its activations and "
+                        "recompute time make checkpointing a way to fit under --device-memory")
     p.add_argument("--json", dest="json_out", help="write the projection as JSON here")
     p.add_argument("--chart", help="write the scaling-efficiency chart (PNG) here")
     args = p.parse_args(argv)
@@ -177,7 +199,7 @@ def main(argv=None):
         p.error(f"--strategy: {','.join(unknown) or args.strategy!r} is not one of {', '.join(model.STRATEGIES)}")
     try:
         inputs = ([args.results] + ([args.network] if os.path.exists(args.network) else [])
-                  + ([args.link_run] if args.link_run else []))
+                  + ([args.link_run] if args.link_run else []) + ([args.checkpointed] if args.checkpointed else []))
         _check_output("--json", args.json_out, inputs)
         _check_output("--chart", args.chart, inputs)
         if args.json_out and args.chart and _same_file(args.json_out, args.chart):
@@ -189,8 +211,9 @@ def main(argv=None):
         net = network.load(args.network, args.gpus_per_node)
         if args.link_run:
             net = link_run.load_and_widen(net, args.link_run)
+        checkpointed = _checkpointed_run(args.checkpointed, doc) if args.checkpointed else None
         projections = model.project_file(doc, net, args.world, args.scaling,
-                                         strategies or model.default_strategies(doc))
+                                         strategies or model.default_strategies(doc), checkpointed)
     except (results.ResultsError, network.NetworkError) as e:
         print(f"ddpbench-project: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -80,6 +80,7 @@ class Projector:
         self.slowdown = slowdown  # backward's, while collectives overlap it (ddp, zero1, zero2, fsdp)
         self.singles = {}  # workload -> its single case: tp's projection reads the share its split divides
         self.activation_lines = {}  # workload -> its ActivationLine (activations.py), where measured
+        self.checkpointed = {}      # workload -> its Checkpointed (activations.py), from --checkpointed
 
     # What one rank's compute is multiplied by at world W, against the measured case.
     def _batch_scale(self, case, world):
@@ -137,14 +138,22 @@ class Projector:
 
     def attach_levers(self, p, case, world):
         """The levers that cut p's activations (activations.py), where p's memory and activations are
-        projected: --grad-accum K while the micro-batch splits into whole samples."""
+        projected: --activation-checkpointing where a checkpointed run was given (and the file's own
+        ran without it), and --grad-accum K while the micro-batch splits into whole samples."""
         line = self.activation_lines.get(case.workload)
         if p.status != "projected" or p.memory_per_device_bytes is None or p.activation_bytes is None or line is None:
             return p
         batch = self._micro_batch(case, world)
-        if abs(batch - round(batch)) > 1e-9:
-            return p
-        p.levers = [o.to_json() for o in activations.grad_accum_options(p, line, int(round(batch)))]
+        options = []
+        checkpointed = self.checkpointed.get(case.workload)
+        if checkpointed is not None and line.checkpointing in ("", "none"):
+            option = activations.checkpointing_option(
+                p, line, checkpointed, batch, case.per_rank_batch * self._batch_scale(case, world),
+                lambda measured_world: self._contention(world) / self._contention(measured_world))
+            options += [option] if option else []
+        if abs(batch - round(batch)) <= 1e-9:
+            options += activations.grad_accum_options(p, line, int(round(batch)))
+        p.levers = [o.to_json() for o in options]
         return p
 
     def _global_batch(self, case, world):
@@ -393,9 +402,10 @@ def over_100_percent(p):
                    "(the measured phases, scaled as the assumptions above say)")
 
 
-def project_file(doc, network, worlds, scaling="weak", strategies=None):
+def project_file(doc, network, worlds, scaling="weak", strategies=None, checkpointed_doc=None):
     """Every workload of the file under every strategy (default: default_strategies) at every world
-    size, with scaling efficiency against the same model's world 1."""
+    size, with scaling efficiency against the same model's world 1. `checkpointed_doc`: a run of the
+    same workloads under --activation-checkpointing, which makes it a lever to fit by."""
     strategies = strategies or default_strategies(doc)
     cases = measured_cases(doc)
     if not cases:
@@ -410,6 +420,10 @@ def project_file(doc, network, worlds, scaling="weak", strategies=None):
         line = activations.fit(cases, workload)
         if line is not None:
             projector.activation_lines[workload] = line
+        if checkpointed_doc is not None:
+            checkpointed = activations.fit_checkpointed(measured_cases(checkpointed_doc), workload)
+            if checkpointed is not None:
+                projector.checkpointed[workload] = checkpointed
         for strategy in strategies:
             base = pick_base(cases, workload, strategy)
             if base is None:

@@ -756,3 +756,16 @@ def test_every_collective_strategy_pays_for_its_bytes_outside_backward():
         without + 100, rel=1e-6)
     # hogwild and dp move nothing through a network.
     assert model.Projector(free, "weak", per_byte).project(c, "hogwild", 4).step_ms == pytest.approx(36)
+
+
+def test_a_file_of_repetitions_only_is_read_by_its_median_repetition(real_run):
+    # ddpbench-ab's and ddpbench-levers' merged files keep their rounds as repetitions, no aggregates.
+    doc = results.load(str(real_run))
+    stripped = dict(doc, benchmarks=[b for b in doc["benchmarks"] if b["run_type"] == "iteration"])
+    with_aggregates, without = model.measured_cases(doc), model.measured_cases(stripped)
+    assert [c.name for c in without] == [c.name for c in with_aggregates]
+    for case in without:
+        times = sorted(b["real_time"] for b in stripped["benchmarks"] if b["run_name"] == case.name)
+        assert len(times) == 2 and case.step_s == pytest.approx(times[0] * 1e-3)  # the lower middle one, in ms
+        [entry] = [b for b in stripped["benchmarks"] if b["run_name"] == case.name and b["real_time"] == times[0]]
+        assert case.phases["forward"] == pytest.approx(entry["ddpbench"]["phases_ms"]["forward"] / 1e3)

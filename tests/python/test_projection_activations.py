@@ -135,3 +135,82 @@ def test_device_memory_offers_grad_accum_where_the_activations_decide(mlp_run, t
     assert r.returncode == 0, r.stderr
     assert "with a memory lever: ddp --grad-accum 4 (" in r.stdout
     assert "memory levers: --grad-accum K runs K micro-batches" in r.stdout
+
+
+def test_the_fit_answer_takes_the_fastest_lever_that_fits_then_the_fewest_micro_batches():
+    def lever(name, memory, throughput):
+        return {"lever": name, "memory_per_device_bytes": memory * MIB, "activation_bytes": MIB,
+                "throughput": throughput, "cost": name}
+    p = model.Projection("w", "fsdp", 8, 1, "projected", samples_per_second=50.0, memory_per_device_bytes=100 * MIB,
+                         activation_bytes=40 * MIB,
+                         levers=[lever("--activation-checkpointing full", 70, 40.0), lever("--grad-accum 2", 80, None),
+                                 lever("--grad-accum 4", 65, None)])
+    assert "fsdp --activation-checkpointing full (70 MiB" in answers.with_lever(p, 75 * MIB)
+    assert "fsdp --grad-accum 4 (65 MiB" in answers.with_lever(p, 66 * MIB)  # checkpointing does not fit
+    p.levers[0]["throughput"] = None
+    assert "fsdp --activation-checkpointing full (70 MiB" in answers.with_lever(p, 90 * MIB)  # the first of equals
+    assert answers.with_lever(p, 60 * MIB) is None
+
+
+def runs_of(tmp_path_factory, name, workload, extra=()):
+    path = tmp_path_factory.mktemp("activations") / f"{name}.json"
+    subprocess.run([EXE, "--strategy", "single,ddp", "--world-size", "2", "--workload", workload, "--device", "cpu",
+                    "--threads", "1", "--batch", "8", "--steps", "2", "--warmup", "1", "--repetitions", "1",
+                    "--parity-steps", "0", "--json", str(path), *extra], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+@pytest.fixture(scope="module")
+def transformer_runs(tmp_path_factory):
+    """transformer's single and ddp, plain and under --activation-checkpointing full (its two
+    blocks keep their inputs only)."""
+    return (runs_of(tmp_path_factory, "plain", "transformer"),
+            runs_of(tmp_path_factory, "checkpointed", "transformer", ("--activation-checkpointing", "full")))
+
+
+def test_a_checkpointed_run_makes_checkpointing_a_lever_with_its_activations_and_recompute(transformer_runs, tmp_path):
+    plain_run, checkpointed_run = transformer_runs
+    plain = activations.fit(model.measured_cases(results.load(str(plain_run))), "transformer")
+    cases = model.measured_cases(results.load(str(checkpointed_run)))
+    checkpointed = activations.fit_checkpointed(cases, "transformer")
+    assert checkpointed.policy == "full" and checkpointed.line.at(4) < plain.at(4) / 2
+    r = subprocess.run([sys.executable, PROJECT, str(plain_run), "--world", "8", "--strategy", "ddp", "--checkpointed",
+                        str(checkpointed_run), "--json", str(tmp_path / "p.json")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    [ddp] = [p for p in json.load(open(tmp_path / "p.json"))["projections"] if p["strategy"] == "ddp"]
+    [lever] = [o for o in ddp["levers"] if o["lever"] == "--activation-checkpointing full"]
+    assert lever["activation_bytes"] == pytest.approx(checkpointed.line.at(4))
+    assert lever["memory_per_device_bytes"] == pytest.approx(
+        ddp["memory_per_device_bytes"] - (plain.at(4) - checkpointed.line.at(4)))
+    # The recompute ddp's checkpointed case measured, a sample a rank, on each of the 4 samples a rank.
+    ddp_case = next(c for c in cases if c.strategy == "ddp")
+    step_s = ddp["step_ms"] / 1e3
+    assert lever["throughput"] == pytest.approx(ddp["samples_per_second"] * step_s / (step_s + ddp_case.recompute_s))
+    assert f"as {ddp_case.name} measured it" in lever["cost"]
+
+
+def test_checkpointing_that_keeps_no_less_is_not_offered(mlp_run, tmp_path):
+    # mlp's units are one layer each: a checkpointed unit keeps its input, which its ReLU saved anyway,
+    # so its activations do not fall (they rise by the first unit's input).
+    checkpointed_run = tmp_path / "checkpointed.json"
+    subprocess.run([EXE, "--strategy", "single,ddp", "--world-size", "2", "--workload", "mlp", "--device", "cpu",
+                    "--threads", "1", "--batch", "32", "--steps", "2", "--warmup", "1", "--repetitions", "1",
+                    "--parity-steps", "0", "--activation-checkpointing", "full", "--json", str(checkpointed_run)],
+                   check=True, stdout=subprocess.DEVNULL)
+    plain = activations.fit(model.measured_cases(results.load(str(mlp_run))), "mlp")
+    checkpointed = activations.fit_checkpointed(model.measured_cases(results.load(str(checkpointed_run))), "mlp")
+    assert checkpointed.line.at(16) >= plain.at(16)
+    r = subprocess.run([sys.executable, PROJECT, str(mlp_run), "--world", "8", "--checkpointed", str(checkpointed_run),
+                        "--json", str(tmp_path / "p.json")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    levers = [o["lever"] for p in json.load(open(tmp_path / "p.json"))["projections"] for o in p["levers"]]
+    assert "--grad-accum 2" in levers and not any(name.startswith("--activation-checkpointing") for name in levers)
+
+
+def test_checkpointed_refuses_a_run_without_checkpointing_in_one_line(mlp_run, tmp_path):
+    for path, said in ((mlp_run, "ran without --activation-checkpointing (its levers say none)"),
+                       (tmp_path / "absent.json", "absent.json")):
+        r = subprocess.run([sys.executable, PROJECT, str(mlp_run), "--checkpointed", str(path)], capture_output=True,
+                           text=True)
+        assert r.returncode == 2 and r.stdout == ""
+        assert len(r.stderr.splitlines()) == 1 and said in r.stderr, r.stderr
