@@ -91,19 +91,20 @@ class LeverOption:
         return dict(self.__dict__)
 
 
-def grad_accum_options(p, line, batch, max_k=64):
-    """`--grad-accum K` for K = 2, 4, 8 ... while b/K is a whole number of samples, at projection p
-    (its memory and activations at micro-batch `batch`)."""
+def grad_accum_options(p, line, batch, current=1, max_k=64):
+    """`--grad-accum K` for K = 2, 4, 8 ... times the file's own `current` K, while b/K is a whole
+    number of samples, at projection p (its memory and activations at micro-batch `batch`)."""
     out = []
     k = 2
     while k <= max_k and batch % k == 0 and batch // k >= 1:
         saved = line.at(batch) - line.at(batch // k)
         if p.strategy == "fsdp":
-            throughput, cost = None, f"throughput not projected: every unit gathered and reduce-scattered {k} times a step"
+            throughput, cost = None, (f"throughput not projected: every unit gathered and reduce-scattered "
+                                      f"{current * k} times a step")
         else:
             throughput = p.samples_per_second
             cost = f"{throughput:.4g} samples/s if micro-batches of {batch // k} compute as fast a sample"
-        out.append(LeverOption(f"--grad-accum {k}", p.memory_per_device_bytes - saved, line.at(batch // k),
+        out.append(LeverOption(f"--grad-accum {current * k}", p.memory_per_device_bytes - saved, line.at(batch // k),
                                throughput, cost))
         k *= 2
     return out

@@ -161,7 +161,8 @@ def _checkpointed_run(path, doc):
     if policy == "none":
         raise results.ResultsError(f"--checkpointed {path}: ran without --activation-checkpointing (its levers say none)")
     workloads = {c.workload for c in model.measured_cases(doc)}
-    if not any(model.activations.fit_checkpointed(model.measured_cases(checkpointed), w) for w in workloads):
+    cases = model.measured_cases(checkpointed)
+    if not any(model.activations.fit_checkpointed(cases, w) for w in workloads):
         raise results.ResultsError(f"--checkpointed {path}: no case of {', '.join(sorted(workloads))} under single, ddp, "
                                    f"zero1, zero2 or fsdp with activations and recompute measured")
     return checkpointed

@@ -152,7 +152,8 @@ class Projector:
                 lambda measured_world: self._contention(world) / self._contention(measured_world))
             options += [option] if option else []
         if abs(batch - round(batch)) <= 1e-9:
-            options += activations.grad_accum_options(p, line, int(round(batch)))
+            options += activations.grad_accum_options(p, line, int(round(batch)),
+                                                      max(1, int(case.levers.get("grad_accum") or 1)))
         p.levers = [o.to_json() for o in options]
         return p
 

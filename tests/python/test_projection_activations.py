@@ -67,6 +67,9 @@ def test_grad_accum_options_halve_the_micro_batch_while_it_splits_into_whole_sam
     fsdp = model.Projection("w", "fsdp", 8, 1, "projected", samples_per_second=50.0, memory_per_device_bytes=500.0)
     [two, four] = activations.grad_accum_options(fsdp, line, 12)
     assert two.throughput is None and "not projected" in two.cost
+    # A file run under --grad-accum 2 already: its micro-batch of 12 halves at --grad-accum 4.
+    assert [o.lever for o in activations.grad_accum_options(p, line, 12, current=2)] == ["--grad-accum 4",
+                                                                                         "--grad-accum 8"]
 
 
 def test_the_fit_answer_offers_the_fewest_micro_batches_that_fit():
