@@ -1,5 +1,7 @@
 #include "base/child_process.h"
 
+#include "base/fork_server.h"
+
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -14,6 +16,10 @@ extern char** environ;
 namespace ddpbench {
 
 pid_t spawn_child(const ChildSpawn& spawn) {
+  // Forked from the server's ready process where one stands for this executable (fork_server.h).
+  if (fork_server::serves(spawn.executable)) {
+    if (auto pid = fork_server::spawn({spawn.args, spawn.environment, spawn.process_group, spawn.descriptors})) return *pid;
+  }
   // argv and environment are built before the spawn: nothing of ours runs in the child.
   std::vector<std::string> argv_strings{spawn.executable};
   argv_strings.insert(argv_strings.end(), spawn.args.begin(), spawn.args.end());

@@ -1,6 +1,7 @@
 #pragma once
-// Starting and describing ddpbench's own child processes (ranks, Hogwild workers): fork+exec
-// through posix_spawn, so nothing of this multi-threaded process runs in the child before exec.
+// Starting and describing ddpbench's own child processes (ranks, Hogwild workers): forked from the
+// fork server when one stands for the executable (fork_server.h), else fork+exec through
+// posix_spawn; either way nothing of this multi-threaded process runs in the child.
 #include <sys/types.h>
 
 #include <functional>

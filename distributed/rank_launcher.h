@@ -1,7 +1,7 @@
 #pragma once
 // ddpbench's own launcher for multi-process strategies: for each task (a case's parity check or one
-// repetition) it starts N fresh rank processes with fork+exec of the ddpbench executable (never a
-// bare fork of this multi-threaded process), setting the same variables torchrun sets, and hosts
+// repetition) it starts N fresh rank processes of the ddpbench executable (spawn_child: forked from
+// the fork server where one runs, else fork+exec; never a bare fork of this multi-threaded process), setting the same variables torchrun sets, and hosts
 // their rendezvous store itself, as torchrun's agent does. It watches them: a rank killed by a
 // signal, a rank that hangs, or one that fails ends the task within --timeout, every rank that is
 // left is killed, and the failure names the rank. No rank outlives the launcher (PR_SET_PDEATHSIG).
