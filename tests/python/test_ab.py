@@ -96,7 +96,11 @@ def test_a_a_never_says_regression_and_leaves_a_pair_compare_reads_again(tmp_pat
 
 
 def test_a_slowdown_injected_on_one_side_is_a_regression_found_at_an_early_look(tmp_path):
-    r = run_ab(tmp_path, "--current-arg=--slow-by=0.3")
+    # a doubled step: at +30%, CI once ran beside pytest's other worker undecided until round 20,
+    # and by hand beside a loop of ddp runs +30% came out as +52%, interval +9.5% .. +111.5%, at 5
+    # rounds. This test is of the stopping rule, not of how small a change the VM can see
+    # (benchmarks/compare_error_rates.py measures that)
+    r = run_ab(tmp_path, "--current-arg=--slow-by=1")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "REGRESSION in mlp/single/world:1" in r.stdout
     # decided at a look, well before --max-rounds (20): usually the first (5 rounds); a noisy
@@ -106,7 +110,7 @@ def test_a_slowdown_injected_on_one_side_is_a_regression_found_at_an_early_look(
     result = compare.compare(results.load(str(tmp_path / "baseline.json")),
                              results.load(str(tmp_path / "current.json")), paired=True)
     (case,) = result.cases
-    assert case.verdict == "slower" and case.change > 0.1  # +30% injected; this VM adds its own noise
+    assert case.verdict == "slower" and case.change > 0.3  # +100% injected; this VM adds its own noise
 
 
 def test_each_strategy_runs_on_its_own_both_sides_back_to_back_first_side_alternating(tmp_path):
