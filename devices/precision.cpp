@@ -20,6 +20,11 @@ Precision parse_precision(const std::string& flag, const std::string& value) {
   throw UsageError(flag + ": unknown dtype '" + value + "' (expected fp32, bf16 or fp16)");
 }
 
+std::int64_t softmax_element_bytes(Precision precision, c10::DeviceType device_type) {
+  if (precision == Precision::Fp32 || device_type == c10::DeviceType::CUDA) return 4;
+  return 2;
+}
+
 c10::ScalarType compute_type(Precision precision) {
   switch (precision) {
     case Precision::Fp32: return c10::ScalarType::Float;

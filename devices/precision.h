@@ -21,6 +21,12 @@ Precision parse_precision(const std::string& flag, const std::string& value);
 c10::ScalarType compute_type(Precision precision);
 // Why `precision` cannot run on `device_type`, or empty. LibTorch's CPU autocast runs bf16 only.
 std::string precision_unsupported_reason(Precision precision, c10::DeviceType device_type);
+// The bytes of an element of softmax's output in a forward at `precision` on `device_type` (what
+// plain attention keeps of its scores: SequenceFacts). fp32: 4. Under autocast on CUDA also 4:
+// softmax is on CUDA autocast's fp32 list (PyTorch's AMP op reference). On a CPU 2: CPU autocast
+// runs softmax in its input's type, the bf16 product's (measured on LibTorch 1.13's gpt2: 2.0
+// bytes a score element, from its activations at three sequence lengths).
+std::int64_t softmax_element_bytes(Precision precision, c10::DeviceType device_type);
 // The type the parity check trains a synchronous strategy and its single reference in. Under fp32
 // it is float64: at a kink (ReLU), fp32 rounding that differs between batch splits (another BLAS
 // kernel for 8 rows than for 24) can flip one activation, and one flipped sample moves a row of

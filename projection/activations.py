@@ -5,9 +5,12 @@ What a forward leaves alive for its backward has a part that grows with the micr
 layer's saved outputs) and a part that does not (a fused loss's chunk, what a unit keeps whatever
 the batch). One measured batch cannot tell them apart; two can. So the model is a line through the
 file's cases of the workload that ran one model per device (single, ddp, zero1, zero2, fsdp), each at
-its own per-device micro-batch: fitted where they ran two micro-batches or more, else through zero
-(all of it grows with the batch, an overestimate when the batch grows and an underestimate when it
-shrinks, said in the assumptions). It keeps the measured sequence length and dtype.
+its own per-device micro-batch: fitted where they ran two micro-batches or more, else through the
+part the workload's facts say does not grow (`fixed_activation_bytes`: gpt2's fused loss keeps its
+output weight's gradient), zero for most (then all of it grows with the batch, an overestimate when
+the batch grows and an underestimate when it shrinks, said in the assumptions). It keeps the
+measured dtype, and the measured sequence length unless --seq-len reads the cases at another first
+(sequence.py).
 
 Levers:
 - `--grad-accum K`: each micro-batch is b/K, so activations are the line at b/K. ddp, zero1 and
@@ -51,8 +54,18 @@ class ActivationLine:
             return (f"activations ({workload}): {self.per_sample / mib:.3g} MiB a sample a device, proportional to "
                     f"the micro-batch from one measured batch ({said}{lever}); a part that does not grow with the "
                     f"batch (a fused loss's chunk) is scaled too: over when the batch grows, under when it shrinks")
+        if len({b for _, b, _ in self.points}) < 2:
+            return (f"activations ({workload}): {self.fixed / mib:.3g} MiB (what the workload's facts say forward "
+                    f"keeps whatever the batch) + {self.per_sample / mib:.3g} MiB a sample a device from one measured "
+                    f"batch ({said}{lever})")
         return (f"activations ({workload}): {self.fixed / mib:.3g} MiB + {self.per_sample / mib:.3g} MiB a sample a "
-                f"device, a line through {said} (samples a micro-batch{lever}); the measured sequence length")
+                f"device, a line through {said} (samples a micro-batch{lever})")
+
+
+def known_fixed(case):
+    """What the case's workload facts say forward keeps whatever the batch (0 where they say nothing)."""
+    value = (case.facts or {}).get("fixed_activation_bytes")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
 
 
 def fit(cases, workload):
@@ -66,7 +79,8 @@ def fit(cases, workload):
     xs = [b for _, b, _ in points]
     ys = [a for _, _, a in points]
     if len(set(xs)) < 2:
-        return ActivationLine(0.0, sum(ys) / sum(xs), points, checkpointing)
+        fixed = min([known_fixed(c) for c in cases if c.workload == workload] + ys)
+        return ActivationLine(fixed, (sum(ys) - fixed * len(ys)) / sum(xs), points, checkpointing)
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)

@@ -44,6 +44,7 @@ class MeasuredCase:
     activation_bytes: Optional[float] = None     # device 0's: what forward left alive for backward
     recompute_s: float = 0.0                     # --activation-checkpointing: the recompute phase (in backward too)
     levers: dict = field(default_factory=dict)   # the file's --activation-checkpointing, --grad-accum, ...
+    facts: dict = field(default_factory=dict)    # the case's workload_facts (sequence.py reads its tokens)
 
     def phase(self, name):
         return self.phases.get(name, 0.0)
@@ -156,7 +157,8 @@ def measured_cases(doc):
                                                      "all_gather_bytes_per_step") if f["strategy"] == "tp" else None,
                                 activation_bytes=float(activations) if isinstance(activations, (int, float)) else None,
                                 recompute_s=recompute,
-                                levers=dict(levers) if isinstance(levers, dict) else {}))
+                                levers=dict(levers) if isinstance(levers, dict) else {},
+                                facts=dict(facts) if isinstance(facts, dict) else {}))
     return out
 
 

@@ -3,7 +3,7 @@
     ddpbench-project RESULTS.json [--world 8,64,512] [--gpus-per-node 8]
                      [--network nvlink4+ndr400 | --network FILE] [--scaling weak|strong]
                      [--link-run RUN.json] [--strategy LIST] [--device-memory 80GiB] [--json OUT.json]
-                     [--chart OUT.png] [--checkpointed RUN.json]
+                     [--chart OUT.png] [--checkpointed RUN.json] [--seq-len TOKENS]
 
 For every measured workload: the predicted step time, throughput and scaling efficiency of ddp
 (the measured bucket timeline replayed against the network's all-reduce cost), dp (one node),
@@ -21,7 +21,9 @@ activations against the micro-batch), and every assumption printed next to the n
 --device-memory answers, at each world size, which of them fit in that much a device and which of
 those is fastest, and where one does not, the --grad-accum K (or, given --checkpointed, a ddpbench
 run of the same workloads under --activation-checkpointing, the checkpointing) that would make it
-fit. FILE is a network
+fit. --seq-len reads a sequence model's cases at another number of tokens a sample, from the
+workload facts the file records (attention's FLOPs and kept scores growing as the square of the
+tokens, the rest linearly). FILE is a network
 description, ddpbench-micro's JSON or nccl-tests' all_reduce_perf output (alpha and bandwidth
 fitted). RUN.json, a ddpbench run of ddp, zero1 or zero2 across two nodes or more of the target
 network, widens the inter-node link's efficiency range to what its large collectives reached over
@@ -122,8 +124,9 @@ def format_table(projections, net, scaling, source):
     return "\n".join(lines)
 
 
-def to_json(projections, net, scaling, source, worlds, device_memory=None):
+def to_json(projections, net, scaling, source, worlds, device_memory=None, tokens=None):
     return {"ddpbench_projection": SCHEMA_VERSION, "source": source, "worlds": worlds, "scaling": scaling,
+            "tokens_per_sample": tokens,  # --seq-len; null: each workload as measured
             "network": net.to_json(), "network_sources": net.sources, "assumptions_text": net.describe(),
             "device_memory_bytes": device_memory,
             "fit": answers.fit_answers(projections, device_memory) if device_memory else [],
@@ -191,6 +194,9 @@ def main(argv=None):
     p.add_argument("--checkpointed", metavar="RUN.json",
                    help="a ddpbench run of the same workloads under --activation-checkpointing: its activations and "
                         "recompute time make checkpointing a way to fit under --device-memory")
+    p.add_argument("--seq-len", type=_positive, default=None, metavar="TOKENS",
+                   help="read the sequence models' cases at this many tokens a sample (compute by their FLOPs, "
+                        "activations by their facts: attention's kept scores as the square); default: as measured")
     p.add_argument("--json", dest="json_out", help="write the projection as JSON here")
     p.add_argument("--chart", help="write the scaling-efficiency chart (PNG) here")
     args = p.parse_args(argv)
@@ -214,7 +220,7 @@ def main(argv=None):
             net = link_run.load_and_widen(net, args.link_run)
         checkpointed = _checkpointed_run(args.checkpointed, doc) if args.checkpointed else None
         projections = model.project_file(doc, net, args.world, args.scaling,
-                                         strategies or model.default_strategies(doc), checkpointed)
+                                         strategies or model.default_strategies(doc), checkpointed, args.seq_len)
     except (results.ResultsError, network.NetworkError) as e:
         print(f"ddpbench-project: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -231,7 +237,8 @@ def main(argv=None):
     try:
         if args.json_out:
             files.write_atomically(args.json_out, json.dumps(to_json(projections, net, args.scaling, args.results,
-                                                                args.world, args.device_memory), indent=1) + "\n")
+                                                                args.world, args.device_memory, args.seq_len),
+                                                        indent=1) + "\n")
         flag, path = "--chart", args.chart
         if args.chart:
             projection_file.chart(projections, args.chart)

@@ -33,7 +33,7 @@ What is measured is kept and only what changes is modelled:
   optimizer bytes (the measured case's per-device bytes times what it sharded them by), plus the
   measured rest of the peak (activations, buffers, a gathered unit) as it was.
 """
-from projection import activations, collectives, timelines
+from projection import activations, collectives, sequence, timelines
 from projection.cases import Bucket, MeasuredCase, Projection, ProjectionError, measured_cases  # noqa: F401
 from projection.memory import SHARDS, memory_assumption, memory_per_device, whole_model_bytes
 from projection.mesh import KINDS as LAYOUT_KINDS, pp_sizes, project_dp_pp, project_dp_tp, tp_sizes
@@ -403,16 +403,27 @@ def over_100_percent(p):
                    "(the measured phases, scaled as the assumptions above say)")
 
 
-def project_file(doc, network, worlds, scaling="weak", strategies=None, checkpointed_doc=None):
+def project_file(doc, network, worlds, scaling="weak", strategies=None, checkpointed_doc=None, tokens=None):
     """Every workload of the file under every strategy (default: default_strategies) at every world
     size, with scaling efficiency against the same model's world 1. `checkpointed_doc`: a run of the
-    same workloads under --activation-checkpointing, which makes it a lever to fit by."""
+    same workloads under --activation-checkpointing, which makes it a lever to fit by. `tokens`: the
+    tokens a sample to read the sequence models' cases at (sequence.py; None: as measured)."""
     strategies = strategies or default_strategies(doc)
     cases = measured_cases(doc)
     if not cases:
         raise ProjectionError("no measured case (status ok, with phases) to project from")
+    workloads = list(dict.fromkeys(c.workload for c in cases))
+    checkpointed_cases = measured_cases(checkpointed_doc) if checkpointed_doc is not None else None
+    scales, kept = {}, {}
+    if tokens is not None:
+        cases, scales, kept = sequence.at_tokens(cases, tokens)
+        if checkpointed_cases is not None:
+            try:
+                checkpointed_cases = sequence.at_tokens(checkpointed_cases, tokens)[0]
+            except ProjectionError:
+                pass  # none of its workloads can be read at `tokens`: as measured, like the file's own of them
     out = []
-    for workload in dict.fromkeys(c.workload for c in cases):
+    for workload in workloads:
         # A target whose transport is not the hosts' own cores is taken for GPUs (presets, nccl-tests).
         projector = Projector(network, scaling, fit_slowdown(doc, workload, not network.transport_on_compute_cores))
         single = pick_base(cases, workload, "single")
@@ -421,11 +432,17 @@ def project_file(doc, network, worlds, scaling="weak", strategies=None, checkpoi
         line = activations.fit(cases, workload)
         if line is not None:
             projector.activation_lines[workload] = line
-        if checkpointed_doc is not None:
-            checkpointed = activations.fit_checkpointed(measured_cases(checkpointed_doc), workload)
+        if checkpointed_cases is not None:
+            checkpointed = activations.fit_checkpointed(checkpointed_cases, workload)
             if checkpointed is not None:
                 projector.checkpointed[workload] = checkpointed
+        notes = [scales[workload].describe()] if workload in scales else (
+            [f"--seq-len {tokens}: {workload} as measured: {kept[workload]}"] if workload in kept else [])
         for strategy in strategies:
+            if workload in scales and strategy in sequence.NOT_RESCALED:
+                out += [Projection(workload, strategy, w, collectives.nodes_for(w, network.devices_per_node), "refused",
+                                   reason=sequence.refusal(strategy, scales[workload])) for w in worlds]
+                continue
             base = pick_base(cases, workload, strategy)
             if base is None:
                 if strategy in ("fsdp", "pp", "tp"):
@@ -438,6 +455,7 @@ def project_file(doc, network, worlds, scaling="weak", strategies=None, checkpoi
             at_one = projector.project(base, strategy, 1)
             for world in worlds:
                 p = projector.attach_levers(projector.project(base, strategy, world), base, world)
+                p.assumptions += notes
                 if p.status == "projected" and at_one.samples_per_second:
                     p.scaling_efficiency = p.samples_per_second / (world * at_one.samples_per_second)
                     if p.scaling_efficiency > 1:

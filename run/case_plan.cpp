@@ -4,6 +4,7 @@
 
 #include "base/errors.h"
 #include "compat/torch_compat.h"
+#include "devices/precision.h"
 #include "distributed/process_group.h"
 
 namespace ddpbench {
@@ -82,7 +83,9 @@ std::vector<CaseRecord> plan_cases(const RunnerOptions& options, const DeviceSet
   std::vector<CaseRecord> cases;
   for (const auto& w : options.workloads) {
     const auto& workload = WorkloadRegistry::instance().get(w);
-    const auto facts = workload.facts();
+    auto facts = workload.facts();
+    facts.sequence.saved_score_element_bytes =
+        softmax_element_bytes(options.precision, devices.is_cuda() ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
     for (const auto& s : options.strategies) {
       const auto& info = StrategyRegistry::instance().get(s);
       CaseRecord c;

@@ -222,7 +222,15 @@ json case_fields(const CaseRecord& c, const RunSettings& s) {
             {"workload_facts",
              {{"parameters", c.facts.parameters},
               {"gradient_bytes", c.facts.gradient_bytes},
-              {"flops_per_sample", c.facts.flops_per_sample}}},
+              {"flops_per_sample", c.facts.flops_per_sample},
+              // How the step grows with the tokens a sample (the projection's --seq-len): all 0
+              // for a model without a sequence.
+              {"tokens_per_sample", c.facts.sequence.tokens},
+              {"max_tokens_per_sample", c.facts.sequence.max_tokens},
+              {"attention_flops_per_sample", c.facts.sequence.attention_flops},
+              {"attention_score_bytes_per_sample",
+               c.facts.sequence.saved_score_elements * c.facts.sequence.saved_score_element_bytes},
+              {"fixed_activation_bytes", c.facts.fixed_activation_bytes}}},
             {"parity", parity_json(c.parity)},
             {"noisy", c.noisy},
             // The 95% interval, over repetitions, of the statistic named, relative; unresolved:

@@ -12,6 +12,7 @@
 #include <torch/optim/adamw.h>
 
 #include <cmath>
+#include <string>
 
 #include "compat/torch_compat.h"
 #include "optim/optimizers.h"
@@ -217,6 +218,26 @@ class Gpt2Workload final : public Workload {
     return tokens * (6.0 * n + 12.0 * static_cast<double>(size.layers * size.width) * tokens);
   }
   std::int64_t max_sequence_length() const override { return Gpt2Size{}.context; }
+  // Plain attention (LibTorch 1.x) keeps each layer's softmax output, heads x tokens x tokens, for
+  // its two backward products; sdpa's fused kernels keep a log-sum-exp a row instead.
+  SequenceFacts sequence_facts() const override {
+    const Gpt2Size size = run_size();
+    const std::int64_t tokens = sequence_length();
+    SequenceFacts f;
+    f.tokens = tokens;
+    f.max_tokens = max_sequence_length();
+    f.attention_flops = static_cast<double>(tokens) * 12.0 * static_cast<double>(size.layers * size.width) * tokens;
+    const bool plain = std::string(compat::causal_attention_kernel()) == "plain";
+    f.saved_score_elements = plain ? size.layers * size.heads * tokens * tokens : 0;
+    return f;
+  }
+  // The fused loss takes the output weight's gradient in forward and keeps it, in fp32, until
+  // backward (chunked_cross_entropy.h): vocabulary x width x 4 bytes whatever the batch.
+  std::int64_t fixed_activation_bytes() const override {
+    if (workload_settings().gpt2_plain_loss) return 0;
+    const Gpt2Size size = run_size();
+    return size.vocab * size.width * 4;
+  }
   std::int64_t sequence_parallel_length() const override { return sequence_length(); }
   // The output projection and the loss fused, in chunks of tokens: the [tokens, 50257] fp32 logits
   // (3.3 GB at 16 x 1024 tokens, and as much again for their gradient) are never whole; one chunk

@@ -157,6 +157,15 @@ class TransformerWorkload final : public Workload {
     auto* transformer = dynamic_cast<TransformerModel*>(&model);
     return transformer == nullptr ? Workload::forward_loss(model, input, target) : transformer->loss(input, target);
   }
+  // Its attention is written out (chain_unit): each layer keeps its softmax output, heads x tokens x
+  // tokens a sample, for backward. Its position table is its sequence: it runs at 64 tokens only.
+  SequenceFacts sequence_facts() const override {
+    SequenceFacts f;
+    f.tokens = f.max_tokens = kSequence;
+    f.attention_flops = 3.0 * 2.0 * kLayers * (2.0 * kSequence * kEmbed) * kSequence;
+    f.saved_score_elements = kLayers * kHeads * kSequence * kSequence;
+    return f;
+  }
   double flops_per_sample() const override {
     const double per_layer = 4.0 * kEmbed * kEmbed            // q, k, v and output projections
                              + 2.0 * kEmbed * kFeedForward     // feed-forward

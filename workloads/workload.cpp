@@ -255,6 +255,8 @@ WorkloadFacts Workload::facts() const {
     if (!in_unit[k]) f.root_parameter_bytes += trainable[k].numel() * static_cast<std::int64_t>(trainable[k].element_size());
   }
   f.flops_per_sample = flops_per_sample();
+  f.sequence = sequence_facts();
+  f.fixed_activation_bytes = fixed_activation_bytes();
   f.chain_length = model->chain_length();
   if (f.chain_length == 0) f.chain_refusal = model->chain_refusal();
   for (const auto& l : model->tensor_parallel_plan()) {

@@ -184,6 +184,23 @@ struct Dataset {
   std::int64_t size() const { return inputs.size(0); }
 };
 
+// How a sequence model's work and what its forward keeps grow with its tokens a sample, for the
+// projection's --seq-len (docs/projection.md). All zero: not a sequence model.
+struct SequenceFacts {
+  std::int64_t tokens = 0;      // tokens a sample in this run
+  std::int64_t max_tokens = 0;  // the longest sequence the model takes (its position table)
+  // Of flops_per_sample, the part that grows as the square of the tokens (attention's scores and
+  // weighted sums); the rest grows linearly.
+  double attention_flops = 0;
+  // The tokens x tokens elements a sample that forward keeps for backward: plain attention's
+  // softmax output, a [heads, tokens, tokens] tensor a layer; 0 under sdpa's fused kernels, which
+  // keep a row's log-sum-exp instead. The rest of what forward keeps grows linearly.
+  std::int64_t saved_score_elements = 0;
+  // The bytes of one of those elements, which the run's precision and device decide (the workload
+  // cannot: plan_cases sets it, devices/precision.h); 0 until then.
+  std::int64_t saved_score_element_bytes = 0;
+};
+
 // Figures that let throughput be read against the machine's limits.
 struct WorkloadFacts {
   std::int64_t parameters = 0;
@@ -192,6 +209,10 @@ struct WorkloadFacts {
   // no wrap unit, or named by two (units_as_sharded); all of them for a model of one unit.
   std::int64_t root_parameter_bytes = 0;
   double flops_per_sample = 0;  // forward + backward, multiply-adds counted as two
+  SequenceFacts sequence;
+  // Bytes forward keeps for backward whatever the batch and the sequence (gpt2's fused loss: the
+  // output weight's fp32 gradient, taken in forward): where the activations' line starts.
+  std::int64_t fixed_activation_bytes = 0;
   // The model as a chain (WorkloadModel::chain_length; 0: none, and chain_refusal says why).
   std::size_t chain_length = 0;
   std::string chain_refusal;
@@ -243,6 +264,10 @@ class Workload {
     return loss(model.forward(input), target);
   }
   virtual double flops_per_sample() const = 0;
+  // A sequence model's SequenceFacts (saved_score_element_bytes aside); the default: none.
+  virtual SequenceFacts sequence_facts() const { return {}; }
+  // WorkloadFacts::fixed_activation_bytes; the default: none.
+  virtual std::int64_t fixed_activation_bytes() const { return 0; }
   // True where per-replica BatchNorm statistics make data-parallel results differ from `single`.
   virtual bool has_batch_norm() const { return false; }
   // Whether --sync-bn can turn its BatchNorm layers into SyncBatchNorm (a TorchScript model's cannot).
