@@ -18,7 +18,9 @@
 #include <atomic>
 #include <future>
 #include <map>
+#include <cstdio>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "base/errors.h"
@@ -437,12 +439,34 @@ TEST(DdpExternalLaunch, UnreachableMasterIsBadInputWithinTheTimeout) {
   EXPECT_LT(r.seconds, 3 + 10);
 }
 
+// Whether a socket of this host listens on `port` (IPv4 or IPv6), read from /proc/net: a check
+// that connects nothing to it.
+bool listening_on(int port) {
+  char local[16];
+  std::snprintf(local, sizeof local, ":%04X ", port);
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream lines(testing::read_text(table));
+    std::string line;
+    while (std::getline(lines, line)) {
+      // "sl local_address rem_address st ...": state 0A is LISTEN
+      std::istringstream fields(line);
+      std::string slot, local_address, remote_address, state;
+      fields >> slot >> local_address >> remote_address >> state;
+      if ((local_address + " ").find(local) != std::string::npos && state == "0A") return true;
+    }
+  }
+  return false;
+}
+
 TEST(DdpExternalLaunch, ASignalWhileWaitingForTheOtherRanksEndsTheRankAtOnce) {
-  // Rank 0 of two, and rank 1 never comes: the rendezvous would wait out --timeout.
+  // Rank 0 of two, and rank 1 never comes: the rendezvous would wait out --timeout. The signal
+  // comes 0.5 s after rank 0's store listens, so it lands in the wait however slowly a loaded
+  // machine starts the process (a fixed 1.5 s from exec fell before main there, in CI).
   for (int signal : {SIGINT, SIGTERM}) {
     SCOPED_TRACE(strsignal(signal));
-    const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--timeout", "60"}), /*kill_after_ms=*/1500,
-                               rank_vars(0, 2, free_port()), signal);
+    const int port = free_port();
+    const auto r = run_process(ddp_run("", {"--strategy", "ddp", "--timeout", "60"}), /*kill_after_ms=*/500,
+                               rank_vars(0, 2, port), signal, "", [port] { return listening_on(port); });
     EXPECT_EQ(r.exit_code, 130) << r.err;
     EXPECT_LT(r.seconds_after_signal, testing::kSecondsASignalEndsARunWithin);
     EXPECT_NE(r.err.find("interrupted while waiting for the other ranks to join"), std::string::npos) << r.err;

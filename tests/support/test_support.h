@@ -134,10 +134,12 @@ constexpr const char* kRunHasBegun = " workload(s) x ";
 // If kill_after_ms > 0 the child is sent `kill_signal` after that long (if still running); with
 // `counted_from_output`, that long after its stdout or stderr first holds that text, so the signal
 // lands in the phase the text announces however slowly a loaded machine (or a sanitized build)
-// gets there. `env` is set in the child only.
+// gets there; with `counted_from_ready`, that long after it first returns true (a phase that prints
+// nothing: a port the child listens on). `env` is set in the child only.
 inline ProcessResult run_process(const std::vector<std::string>& args, int kill_after_ms = 0,
                                  const std::vector<std::pair<std::string, std::string>>& env = {},
-                                 int kill_signal = SIGKILL, const std::string& counted_from_output = "") {
+                                 int kill_signal = SIGKILL, const std::string& counted_from_output = "",
+                                 const std::function<bool()>& counted_from_ready = nullptr) {
   ScratchDir scratch;
   const std::string out_path = scratch.file("stdout"), err_path = scratch.file("stderr");
   // Everything the child needs is built before fork: the tests run processes from several threads.
@@ -170,12 +172,14 @@ inline ProcessResult run_process(const std::vector<std::string>& args, int kill_
   int status = 0;
   if (kill_after_ms > 0) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kill_after_ms);
-    bool counting = counted_from_output.empty();
+    bool counting = counted_from_output.empty() && !counted_from_ready;
     while (::waitpid(pid, &status, WNOHANG) == 0) {
       if (!counting) {  // read the output as it grows until the text shows; the clock starts then
         const bool never_shows = std::chrono::steady_clock::now() - started > std::chrono::minutes(5);
-        if (never_shows ||
-            (read_text(out_path) + read_text(err_path)).find(counted_from_output) != std::string::npos) {
+        const bool shows = counted_from_ready
+                               ? counted_from_ready()
+                               : (read_text(out_path) + read_text(err_path)).find(counted_from_output) != std::string::npos;
+        if (never_shows || shows) {
           counting = true;
           deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kill_after_ms);
         } else {
