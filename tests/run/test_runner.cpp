@@ -204,15 +204,16 @@ TEST(Runner, AStopTheStuckStepCannotReachEndsTheRunWithinTwoSeconds) {
 }
 
 // Under an address-space limit too small for LibTorch and its BLAS (ulimit -v, in a child shell),
-// the run ends within --timeout, the case is oom with the figures, and the line says so: not a
+// the run ends within --timeout: where it fails, the case is oom with the figures and the line says
+// so (or, seen now and then, an abort in bad_alloc; on 2.6 with one thread the run may fit), never a
 // step that never ends, nor a hang nobody can explain. Twenty runs, as the hang it guards against
 // came in some runs only: with 64 intra-op threads LibTorch's thread pool cannot start them all and
 // at::set_num_threads never returns (before the watchdog covered set-up, every such run hung); with
 // one, a step's allocation fails inside OpenBLAS, which retries it for ever. The limit, 900,000 KiB,
 // lies between what the libraries need to load (below about 800,000 KiB, 1.13's OpenBLAS retries an
 // allocation for ever in its load-time init, before main: no watchdog of ours can run there) and
-// what a run needs (2.6 trains mlp with one thread within 1,000,000 KiB).
-TEST(Runner, AnAddressSpaceLimitTooSmallIsOomWithItsFiguresInEveryOneOfTwentyRuns) {
+// what a run needs (2.6 trains mlp with one thread within 1,000,000 KiB, and at times within 900,000).
+TEST(Runner, AnAddressSpaceLimitTooSmallNeverHangsARunAndAnOomSaysSoInOneLine) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "AddressSanitizer reserves terabytes of shadow address space: no ulimit -v lets it start";
 #endif
@@ -226,6 +227,7 @@ TEST(Runner, AnAddressSpaceLimitTooSmallIsOomWithItsFiguresInEveryOneOfTwentyRun
                    << first_line(loads.err);
     }
   }
+  int oom_runs = 0;
   for (int i = 0; i < 20; ++i) {
     const std::string threads = i % 2 == 0 ? "64" : "1";
     SCOPED_TRACE("run " + std::to_string(i) + ", --threads " + threads);
@@ -244,7 +246,17 @@ TEST(Runner, AnAddressSpaceLimitTooSmallIsOomWithItsFiguresInEveryOneOfTwentyRun
       continue;
     }
     ASSERT_EQ(r.signal, 0) << r.err;
+    if (r.exit_code == 0 && threads == "1") {
+      // 2.6 with one thread lies at the limit: in a fresh trixie root (CI) 1 run of 10 fit within
+      // it; in the development VM's, every one. Not a hang either. The oom status itself is
+      // Runner.OutOfMemoryIsItsOwnStatusAndTheRunGoesOn's.
+      const json doc = json::parse(read_text(path));
+      EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "ok") << doc.dump(1);
+      std::printf("run %d fit within the limit (--threads 1) and ended ok\n", i);
+      continue;
+    }
     EXPECT_EQ(r.exit_code, 1) << r.err;
+    ++oom_runs;
     // One error line (64 threads on this machine's cores also draws the oversubscription warning).
     std::size_t errors = 0;
     for (std::size_t at = r.err.find("ddpbench: error:"); at != std::string::npos; at = r.err.find("ddpbench: error:", at + 1)) ++errors;
@@ -253,6 +265,7 @@ TEST(Runner, AnAddressSpaceLimitTooSmallIsOomWithItsFiguresInEveryOneOfTwentyRun
     const json doc = json::parse(read_text(path));
     EXPECT_EQ((*find_case(doc, "mlp/single/world:1"))["ddpbench"]["status"], "oom") << doc.dump(1);
   }
+  std::printf("%d of 20 runs ended oom in one line\n", oom_runs);
 }
 
 TEST(Runner, InterruptKeepsMeasuredRepetitions) {
